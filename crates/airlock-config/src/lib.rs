@@ -1,0 +1,1 @@
+//! airlock-config: see docs/architecture.md.

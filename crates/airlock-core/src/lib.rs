@@ -1,0 +1,1 @@
+//! airlock-core: see docs/architecture.md.

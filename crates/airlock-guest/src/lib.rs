@@ -1,0 +1,1 @@
+//! airlock-guest: see docs/architecture.md.

@@ -1,0 +1,5 @@
+//! Thin syscall wrappers. The only place in the workspace where `unsafe` is allowed;
+//! every block carries a `// SAFETY:` line.
+#![allow(unsafe_code)]
+
+pub mod process;

@@ -1,0 +1,1 @@
+//! airlock-protocol: see docs/architecture.md.

@@ -1,1 +1,81 @@
-fn main() {}
+//! The `airlock` executable.
+//!
+//! Order of operations:
+//! 1. Hidden guest verbs are dispatched on raw argv, before clap (they never show in `--help`).
+//! 2. clap parses the public command line; a malformed one exits 2 before any side effect
+//!    (PRODUCT L2) — with `--json`, as the JSON error document on stdout.
+//! 3. The verb runs and returns a [`commands::Report`] or a [`error::CommandError`].
+//! 4. The result is printed (stdout), errors go to stderr (or stdout as JSON), and the exit
+//!    status comes from [`error::exit_code`]. A closed stdout (broken pipe) ends quietly.
+
+mod cli;
+mod commands;
+mod context;
+mod error;
+mod guest_entry;
+mod output;
+
+use std::ffi::OsString;
+use std::io;
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use crate::cli::Cli;
+use crate::context::Context;
+use crate::error::CommandError;
+use crate::output::Printer;
+
+fn main() -> ExitCode {
+    let args: Vec<OsString> = std::env::args_os().collect();
+    if let Some(status) = guest_entry::dispatch(&args) {
+        return exit_status(status);
+    }
+    let printer = Printer::from_env(cli::wants_json(&args));
+    let cli = match Cli::try_parse_from(&args) {
+        Ok(cli) => cli,
+        Err(err) => return exit_status(cli::report_parse_error(&err, &printer)),
+    };
+    let printer = Printer::from_env(cli.json);
+    let outcome = Context::from_process(cli.json).and_then(|ctx| commands::run(cli.command, &ctx));
+    exit_status(print_outcome(&printer, outcome))
+}
+
+/// Prints what the verb produced and returns the exit status.
+fn print_outcome(printer: &Printer, outcome: Result<commands::Report, CommandError>) -> i32 {
+    let (printed, status) = match outcome {
+        Ok(mut report) => {
+            let status = report.failure.as_ref().map_or(0, CommandError::exit_code);
+            let printed = match report.failure.take() {
+                None => printer.result(&report.doc, &report.json),
+                Some(failure) if printer.json => {
+                    if let Some(obj) = report.json.as_object_mut() {
+                        obj.insert("error".to_owned(), failure.to_json());
+                    }
+                    printer.result(&report.doc, &report.json)
+                }
+                Some(failure) => printer
+                    .result(&report.doc, &report.json)
+                    .and_then(|()| printer.error_to_stderr(&failure)),
+            };
+            (printed, status)
+        }
+        Err(err) => (printer.error(&err), err.exit_code()),
+    };
+    match printed {
+        Ok(()) => status,
+        // The reader went away (`airlock plan | head`): nothing more to say to anyone.
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => status,
+        Err(e) => {
+            let _ = printer.error_to_stderr(&CommandError::internal(
+                "output.write",
+                format!("cannot write the output: {e}"),
+            ));
+            error::exit_code(error::ErrorKind::Internal)
+        }
+    }
+}
+
+fn exit_status(status: i32) -> ExitCode {
+    ExitCode::from(u8::try_from(status).unwrap_or(u8::MAX))
+}

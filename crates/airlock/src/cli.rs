@@ -1,0 +1,100 @@
+//! The clap definition of the public command line, and how a malformed one is reported.
+//!
+//! A parse error is a usage error: exit 2, before any side effect. With `--json` anywhere before
+//! `--`, stdout is exactly `{"error":{"code","message","hint"}}` (PRODUCT O2), since the parse
+//! failed we find `--json` on raw argv.
+
+use std::ffi::OsString;
+
+use clap::error::ErrorKind as ClapErrorKind;
+use clap::Parser;
+
+use crate::commands::version::LONG_VERSION;
+use crate::commands::Command;
+use crate::error::{exit_code, CommandError, ErrorKind};
+use crate::output::Printer;
+
+/// Run coding agents and development work in disposable, isolated Linux sandboxes.
+#[derive(Parser, Debug)]
+#[command(name = "airlock", version = LONG_VERSION, propagate_version = false)]
+pub struct Cli {
+    /// Print the result as one JSON document on stdout (errors too)
+    #[arg(long, global = true)]
+    pub json: bool,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Whether raw argv asks for JSON output (`--json` before any `--`).
+pub fn wants_json(args: &[OsString]) -> bool {
+    args.iter()
+        .skip(1)
+        .take_while(|a| *a != "--")
+        .any(|a| a == "--json")
+}
+
+/// Prints a clap error the way the product promises and returns the exit status.
+pub fn report_parse_error(err: &clap::Error, printer: &Printer) -> i32 {
+    // `--help` and `--version` are results, not errors. Every other clap kind (the enum is
+    // `#[non_exhaustive]`, so it cannot be matched exhaustively) is a usage error.
+    if matches!(
+        err.kind(),
+        ClapErrorKind::DisplayHelp | ClapErrorKind::DisplayVersion
+    ) {
+        let _ = err.print();
+        return 0;
+    }
+    let usage = usage_error(err);
+    if printer.json {
+        let _ = printer.error(&usage);
+    } else {
+        // clap's own rendering carries the usage line and suggestions; keep it on stderr.
+        let _ = err.print();
+    }
+    exit_code(ErrorKind::Usage)
+}
+
+/// The clap error as a [`CommandError`]: its first line as the message, its tip as the hint.
+fn usage_error(err: &clap::Error) -> CommandError {
+    let rendered = err.render().to_string();
+    let mut lines = rendered.lines().map(str::trim).filter(|l| !l.is_empty());
+    let message = lines
+        .next()
+        .map(|l| l.strip_prefix("error: ").unwrap_or(l).to_owned())
+        .unwrap_or_else(|| "invalid command line".to_owned());
+    let hint = lines
+        .find_map(|l| l.strip_prefix("tip: "))
+        .map(str::to_owned)
+        .unwrap_or_else(|| "run `airlock --help` for usage".to_owned());
+    CommandError::usage(message).with_hint(hint)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn clap_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn json_is_detected_before_the_double_dash_only() {
+        let a = |v: &[&str]| v.iter().map(OsString::from).collect::<Vec<_>>();
+        assert!(wants_json(&a(&["airlock", "plan", "--json"])));
+        assert!(!wants_json(&a(&["airlock", "run", "--", "--json"])));
+        assert!(!wants_json(&a(&["airlock", "plan"])));
+    }
+
+    #[test]
+    fn unknown_option_becomes_a_usage_error_with_a_hint() {
+        let err = Cli::try_parse_from(["airlock", "version", "--bogus"]).unwrap_err();
+        let e = usage_error(&err);
+        assert_eq!(e.kind, ErrorKind::Usage);
+        assert_eq!(e.code, "usage.invalid");
+        assert!(e.message.contains("--bogus"), "{}", e.message);
+        assert!(e.hint.is_some());
+    }
+}

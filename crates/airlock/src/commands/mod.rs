@@ -1,0 +1,53 @@
+//! The public verbs, one module per verb. Each exposes a clap `Args` struct and
+//! `run(args, &Context) -> Result<Report, CommandError>`; adding a verb is one variant in
+//! [`Command`] and one arm in [`run`].
+//!
+//! A verb validates its whole command line and configuration before its first side effect
+//! (PRODUCT L2); clap has already rejected malformed options before any verb runs.
+
+use clap::Subcommand;
+
+use crate::context::Context;
+use crate::error::CommandError;
+use crate::output::Doc;
+
+pub mod version;
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Print the release version, UTC build label and source revision
+    Version(version::VersionArgs),
+}
+
+/// Runs one verb.
+pub fn run(command: Command, ctx: &Context) -> Result<Report, CommandError> {
+    match command {
+        Command::Version(args) => version::run(args, ctx),
+    }
+}
+
+/// What a verb produced: the human document, the JSON document, and optionally a failure that
+/// still comes with a result (e.g. `doctor` listing its checks and exiting 69).
+#[derive(Debug)]
+pub struct Report {
+    pub doc: Doc,
+    pub json: serde_json::Value,
+    /// When set, the process exits with this error's code after printing the result; in JSON
+    /// the error is added to the result document under `"error"`.
+    pub failure: Option<CommandError>,
+}
+
+impl Report {
+    pub fn new(doc: Doc, json: serde_json::Value) -> Self {
+        Self {
+            doc,
+            json,
+            failure: None,
+        }
+    }
+
+    pub fn with_failure(mut self, failure: CommandError) -> Self {
+        self.failure = Some(failure);
+        self
+    }
+}

@@ -1,0 +1,86 @@
+//! Usage errors and the output contract (PRODUCT O1–O5, L2).
+
+use std::process::Stdio;
+
+use crate::common::TestEnv;
+
+#[test]
+fn mistyped_option_exits_2_and_creates_nothing() {
+    let env = TestEnv::new();
+    let project = env.git_project("src/demo");
+    let before = env.snapshot();
+    for args in [
+        &["plan", "--memroy-mb", "512"][..],
+        &["plan", "--memory-mb", "lots"],
+        &["init", "--agnet", "claude"],
+        &["trust", "extra-arg"],
+        &["no-such-command"],
+    ] {
+        let run = env.run_in(&project, args);
+        run.assert_code(2);
+        assert!(run.stdout.is_empty(), "usage error wrote to stdout: {}", run.stdout);
+        assert!(!run.stderr.is_empty(), "usage error is silent for {args:?}");
+    }
+    // No directory, no lock file, no state: the world is byte-identical.
+    assert_eq!(before.diff(&env.snapshot()), Vec::<String>::new());
+}
+
+#[test]
+fn mistyped_option_with_json_prints_exactly_the_error_document() {
+    let env = TestEnv::new();
+    let before = env.snapshot();
+    let run = env.run(&["plan", "--memroy-mb", "512", "--json"]);
+    run.assert_code(2);
+    let v = run.json();
+    let obj = v.as_object().unwrap();
+    assert_eq!(obj.keys().collect::<Vec<_>>(), ["error"]);
+    let err = v["error"].as_object().unwrap();
+    let mut keys: Vec<_> = err.keys().map(String::as_str).collect();
+    keys.sort_unstable();
+    assert_eq!(keys, ["code", "hint", "message"]);
+    assert_eq!(v["error"]["code"], "usage.invalid");
+    assert!(v["error"]["message"].as_str().unwrap().contains("--memroy-mb"));
+    assert_eq!(before.diff(&env.snapshot()), Vec::<String>::new());
+}
+
+#[test]
+fn missing_command_is_a_usage_error() {
+    let env = TestEnv::new();
+    env.run(&[]).assert_code(2);
+}
+
+#[test]
+fn help_is_a_result_on_stdout_and_lists_no_hidden_verbs() {
+    let env = TestEnv::new();
+    let run = env.run(&["--help"]);
+    run.assert_code(0);
+    for verb in ["init", "config", "plan", "trust", "untrust", "doctor", "version"] {
+        assert!(run.stdout.contains(verb), "--help lacks {verb}:\n{}", run.stdout);
+    }
+    assert!(!run.stdout.contains("guest"), "{}", run.stdout);
+}
+
+#[test]
+fn closed_stdout_ends_quietly() {
+    let env = TestEnv::new();
+    let (reader, writer) = std::io::pipe().expect("pipe");
+    drop(reader); // Every write to stdout now fails with EPIPE.
+    let out = env
+        .command(&env.home, &["version"])
+        .stdin(Stdio::null())
+        .stdout(writer)
+        .stderr(Stdio::piped())
+        .output()
+        .expect("spawn");
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "");
+}
+
+#[test]
+fn no_color_output_without_a_terminal() {
+    let env = TestEnv::new();
+    let run = env.run(&["version"]);
+    assert!(!run.stdout.contains('\x1b') && !run.stderr.contains('\x1b'));
+    let run = env.run(&["version", "--bogus"]);
+    assert!(!run.stderr.contains('\x1b'), "{:?}", run.stderr);
+}

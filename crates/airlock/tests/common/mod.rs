@@ -1,0 +1,256 @@
+//! Test harness shared by every integration test of the `airlock` binary.
+//!
+//! [`TestEnv`] gives each test its own world: a temporary directory holding `home/` (HOME, with
+//! the XDG config/state/data/cache directories beneath it, not created up front) and `run/`
+//! (XDG_RUNTIME_DIR, 0700). The binary runs with `env_clear()` and only PATH, HOME and XDG_*
+//! set, so nothing from the developer's environment leaks into a test and nothing a test does
+//! reaches the developer's real config or state.
+
+#![allow(dead_code)] // Each test module uses a different part of the harness.
+
+use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use std::fs;
+use std::io::Read;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// The binary under test.
+pub const AIRLOCK: &str = env!("CARGO_BIN_EXE_airlock");
+
+pub struct TestEnv {
+    root: tempfile::TempDir,
+    pub home: PathBuf,
+    pub runtime_dir: PathBuf,
+    /// Extra variables for every run (e.g. `NO_COLOR`, `EDITOR`).
+    extra_env: Vec<(String, String)>,
+}
+
+/// What one run of the binary produced.
+#[derive(Debug)]
+pub struct Run {
+    /// Exit status; `None` if the process died of a signal.
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Run {
+    /// Parses stdout as exactly one JSON document (fails the test otherwise).
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.stdout).unwrap_or_else(|e| {
+            panic!("stdout is not one JSON document ({e}):\n{}\nstderr:\n{}", self.stdout, self.stderr)
+        })
+    }
+
+    /// Asserts the exit status, printing both streams when it differs.
+    #[track_caller]
+    pub fn assert_code(&self, code: i32) -> &Self {
+        assert_eq!(
+            self.code,
+            Some(code),
+            "unexpected exit status\nstdout:\n{}\nstderr:\n{}",
+            self.stdout,
+            self.stderr
+        );
+        self
+    }
+}
+
+impl Default for TestEnv {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl TestEnv {
+    pub fn new() -> Self {
+        let root = tempfile::Builder::new()
+            .prefix("airlock-test-")
+            .tempdir()
+            .expect("create temp dir");
+        // Canonical, so paths printed by airlock compare equal to ours.
+        let base = fs::canonicalize(root.path()).expect("canonicalize temp dir");
+        let home = base.join("home");
+        let runtime_dir = base.join("run");
+        fs::create_dir(&home).expect("create HOME");
+        fs::create_dir(&runtime_dir).expect("create XDG_RUNTIME_DIR");
+        fs::set_permissions(&runtime_dir, fs::Permissions::from_mode(0o700)).expect("chmod");
+        Self {
+            root,
+            home,
+            runtime_dir,
+            extra_env: Vec::new(),
+        }
+    }
+
+    /// The temporary directory holding this world.
+    pub fn root(&self) -> &Path {
+        self.root.path()
+    }
+
+    pub fn config_home(&self) -> PathBuf {
+        self.home.join(".config")
+    }
+    pub fn state_home(&self) -> PathBuf {
+        self.home.join(".local/state")
+    }
+    pub fn data_home(&self) -> PathBuf {
+        self.home.join(".local/share")
+    }
+    pub fn cache_home(&self) -> PathBuf {
+        self.home.join(".cache")
+    }
+
+    /// airlock's user config file in this world.
+    pub fn user_config(&self) -> PathBuf {
+        self.config_home().join("airlock/config.toml")
+    }
+
+    /// Adds a variable to every later run.
+    pub fn set_env(&mut self, key: &str, value: &str) {
+        self.extra_env.push((key.to_owned(), value.to_owned()));
+    }
+
+    /// A `Command` for the binary with the cleared, test-local environment.
+    pub fn command(&self, cwd: &Path, args: &[&str]) -> Command {
+        let mut cmd = Command::new(AIRLOCK);
+        cmd.args(args)
+            .current_dir(cwd)
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into()))
+            .env("HOME", &self.home)
+            .env("XDG_CONFIG_HOME", self.config_home())
+            .env("XDG_STATE_HOME", self.state_home())
+            .env("XDG_DATA_HOME", self.data_home())
+            .env("XDG_CACHE_HOME", self.cache_home())
+            .env("XDG_RUNTIME_DIR", &self.runtime_dir);
+        for (k, v) in &self.extra_env {
+            cmd.env(k, v);
+        }
+        cmd
+    }
+
+    /// Runs the binary in `cwd` with no stdin and captures its output.
+    pub fn run_in(&self, cwd: &Path, args: &[&str]) -> Run {
+        let out = self
+            .command(cwd, args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("spawn airlock");
+        Run {
+            code: out.status.code(),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
+    /// Runs the binary in HOME.
+    pub fn run(&self, args: &[&str]) -> Run {
+        self.run_in(&self.home, args)
+    }
+
+    /// Creates a directory under HOME (with parents) and returns its path.
+    pub fn dir(&self, rel: &str) -> PathBuf {
+        let p = self.home.join(rel);
+        fs::create_dir_all(&p).expect("create dir");
+        p
+    }
+
+    /// Creates a git work tree under HOME and returns its root.
+    pub fn git_project(&self, rel: &str) -> PathBuf {
+        let p = self.dir(rel);
+        let st = Command::new("git")
+            .args(["init", "-q"])
+            .current_dir(&p)
+            .env("HOME", &self.home)
+            .status()
+            .expect("run git init");
+        assert!(st.success(), "git init failed");
+        p
+    }
+
+    /// Writes a file (creating parents) and returns its path.
+    pub fn write(&self, path: &Path, content: &str) -> PathBuf {
+        if let Some(parent) = path.parent() {
+            fs::create_dir_all(parent).expect("create parent");
+        }
+        fs::write(path, content).expect("write file");
+        path.to_owned()
+    }
+
+    /// Writes the user config file.
+    pub fn write_user_config(&self, content: &str) -> PathBuf {
+        self.write(&self.user_config(), content)
+    }
+
+    /// Writes `<project>/.airlock/config.toml`.
+    pub fn write_project_config(&self, project: &Path, content: &str) -> PathBuf {
+        self.write(&project.join(".airlock/config.toml"), content)
+    }
+
+    /// Every entry of this world (type, mode, size, content), for "changes nothing" assertions.
+    pub fn snapshot(&self) -> Snapshot {
+        snapshot(self.root())
+    }
+}
+
+/// A recursive listing: relative path → description (kind, mode, content or link target).
+#[derive(Debug, PartialEq, Eq)]
+pub struct Snapshot(pub BTreeMap<PathBuf, String>);
+
+impl Snapshot {
+    /// Paths that differ between two snapshots, for a readable assertion message.
+    pub fn diff(&self, after: &Snapshot) -> Vec<String> {
+        let mut out = Vec::new();
+        for (p, v) in &self.0 {
+            match after.0.get(p) {
+                None => out.push(format!("removed {}", p.display())),
+                Some(w) if w != v => out.push(format!("changed {}", p.display())),
+                Some(_) => {}
+            }
+        }
+        for p in after.0.keys().filter(|p| !self.0.contains_key(*p)) {
+            out.push(format!("created {}", p.display()));
+        }
+        out
+    }
+}
+
+pub fn snapshot(root: &Path) -> Snapshot {
+    let mut map = BTreeMap::new();
+    walk(root, root, &mut map);
+    Snapshot(map)
+}
+
+fn walk(root: &Path, dir: &Path, map: &mut BTreeMap<PathBuf, String>) {
+    let mut entries: Vec<_> = fs::read_dir(dir)
+        .expect("read dir")
+        .map(|e| e.expect("dir entry").path())
+        .collect();
+    entries.sort();
+    for path in entries {
+        let meta = fs::symlink_metadata(&path).expect("lstat");
+        let rel = path.strip_prefix(root).expect("under root").to_owned();
+        let mode = meta.mode() & 0o7777;
+        let desc = if meta.file_type().is_symlink() {
+            format!("link {mode:o} -> {}", fs::read_link(&path).expect("readlink").display())
+        } else if meta.is_dir() {
+            walk(root, &path, map);
+            format!("dir {mode:o}")
+        } else {
+            let mut content = Vec::new();
+            fs::File::open(&path)
+                .and_then(|mut f| f.read_to_end(&mut content))
+                .expect("read file");
+            format!("file {mode:o} {} {:?}", meta.mtime(), String::from_utf8_lossy(&content))
+        };
+        map.insert(rel, desc);
+    }
+}
+
+/// Whether `needle` occurs in `haystack` (for readable assertions on OsStr paths).
+pub fn mentions(haystack: &str, needle: impl AsRef<OsStr>) -> bool {
+    haystack.contains(needle.as_ref().to_string_lossy().as_ref())
+}

@@ -1,1 +1,24 @@
-//! airlock-core: see docs/architecture.md.
+//! airlock-core: the host-side state layer, and later lifecycle orchestration
+//! (see docs/architecture.md).
+//!
+//! - [`atomic`]: durable atomic file replacement (temp, fsync, rename, directory fsync).
+//! - [`private_dir`]: verifies/creates directories only the invoking user controls.
+//! - [`state`]: revisioned JSON records with compare-and-swap ([`StateStore`]).
+//! - [`lock`]: the per-sandbox `flock` with bounded waiting and holder identity ([`SandboxLock`]).
+//! - [`trust`]: which projects may widen network policy ([`TrustStore`]).
+//!
+//! Invariant across modules: reading never creates or changes anything on disk, so read-only
+//! commands (`plan`, `status`) can use the same types as mutating ones.
+
+pub mod atomic;
+mod flock_wait;
+pub mod lock;
+pub mod private_dir;
+pub mod state;
+pub mod trust;
+
+pub use atomic::{write_atomic, AtomicWriteError};
+pub use lock::{Holder, LockError, LockGuard, SandboxLock};
+pub use private_dir::{check_private_dir, ensure_private_dir, DirPresence, PrivateDirError};
+pub use state::{Record, StateError, StateStore};
+pub use trust::{config_sha256, TrustEntry, TrustError, TrustStore};

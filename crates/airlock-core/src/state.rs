@@ -1,0 +1,433 @@
+//! The revisioned state store (PRODUCT R1).
+//!
+//! A store is one directory; each record is one JSON file `<name>` holding
+//! `{ "revision": N, "data": … }`. Beside it live two hidden sidecars (record names cannot start
+//! with `.`, so they never collide with records):
+//! - `.<name>.lock`: an empty file that writers `flock` for the duration of one compare-and-swap;
+//!   it is never deleted (unlinking a lock file lets two writers lock different inodes);
+//! - `.<name>.removed`: the last revision of a removed record, so a re-created record continues
+//!   counting and a writer holding a revision from before the removal still fails (no ABA).
+//!
+//! Write order, all under the record lock: read the current revision → compare with the
+//! caller's expectation ([`StateError::StaleRevision`] on mismatch, nothing written) → delete
+//! temporaries left by killed writers → [`write_atomic`] the new record at revision + 1.
+//! Readers take no lock: the rename in `write_atomic` means they see a complete old or new
+//! record, never a torn one.
+//!
+//! Opening a store and reading from it create nothing (the `plan` command must change nothing);
+//! the first write creates the store directory with mode 0700, files are 0600. Callers verify
+//! the root with [`crate::private_dir`] before trusting it.
+
+use std::ffi::OsStr;
+use std::fs::File;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rustix::fs::{Mode, OFlags};
+use rustix::io::Errno;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use crate::atomic::{remove_stray_temps, write_atomic, AtomicWriteError};
+use crate::flock_wait::lock_exclusive_within;
+
+/// Longest accepted record name.
+pub const MAX_NAME_LEN: usize = 128;
+/// How long a writer waits for another writer of the same record (writes take milliseconds;
+/// only a stopped or wedged process holds it this long).
+pub const RECORD_LOCK_WAIT: Duration = Duration::from_secs(10);
+/// How many compare-and-swap rounds [`StateStore::update`] tries before giving up.
+pub const UPDATE_ATTEMPTS: u32 = 200;
+
+/// One record as stored: the data and the revision it was written at (1 for the first write).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Record<T> {
+    pub revision: u64,
+    pub data: T,
+}
+
+#[derive(Serialize, Deserialize)]
+struct Tombstone {
+    revision: u64,
+}
+
+/// Failures of the state store; each names the record or path involved.
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    #[error("state root {path} is not an absolute path")]
+    RootNotAbsolute { path: PathBuf },
+    #[error("invalid state record name {name:?}: {reason}")]
+    InvalidName { name: String, reason: &'static str },
+    #[error("cannot read state file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("state file {path} is not a valid record: {source}")]
+    Corrupt {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("cannot encode state record {name}: {source}")]
+    Encode {
+        name: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("cannot create state directory {path}: {source}")]
+    CreateDir {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("cannot lock state record {path}: {source}")]
+    Lock {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("state record lock {path} still held after {waited:?}; another airlock process is stuck writing it")]
+    LockTimeout { path: PathBuf, waited: Duration },
+    #[error(transparent)]
+    Write(#[from] AtomicWriteError),
+    #[error("cannot remove state file {path}: {source}")]
+    Remove {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("state record {name} changed underneath this command (expected revision {expected}, found {found}); re-run the command", expected = rev(*.expected), found = rev(*.found))]
+    StaleRevision {
+        name: String,
+        expected: Option<u64>,
+        found: Option<u64>,
+    },
+    #[error("state record {name} kept changing during {attempts} update attempts")]
+    Contended { name: String, attempts: u32 },
+}
+
+fn rev(r: Option<u64>) -> String {
+    match r {
+        Some(n) => n.to_string(),
+        None => "none (absent)".to_string(),
+    }
+}
+
+/// Checks a record (or sub-store) name: 1–128 characters from `[a-z0-9._-]`, starting with a
+/// letter or digit, without `..`. So a name is always one plain file name inside the store.
+pub fn validate_name(name: &str) -> Result<(), StateError> {
+    let invalid = |reason| {
+        Err(StateError::InvalidName {
+            name: name.to_string(),
+            reason,
+        })
+    };
+    if name.is_empty() {
+        return invalid("empty");
+    }
+    if name.len() > MAX_NAME_LEN {
+        return invalid("longer than 128 characters");
+    }
+    if !name
+        .bytes()
+        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'.' | b'_' | b'-'))
+    {
+        return invalid("only a-z, 0-9, '.', '_' and '-' are allowed");
+    }
+    if !name.as_bytes()[0].is_ascii_alphanumeric() {
+        return invalid("must start with a letter or digit");
+    }
+    if name.contains("..") {
+        return invalid("must not contain '..'");
+    }
+    Ok(())
+}
+
+/// A directory of revisioned records. Cheap to clone; holds no open files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateStore {
+    root: PathBuf,
+}
+
+impl StateStore {
+    /// A store rooted at `root` (absolute). Touches nothing on disk.
+    pub fn open(root: impl Into<PathBuf>) -> Result<Self, StateError> {
+        let root = root.into();
+        if !root.is_absolute() {
+            return Err(StateError::RootNotAbsolute { path: root });
+        }
+        Ok(StateStore { root })
+    }
+
+    /// The store's directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// A nested store in the sub-directory `name` (e.g. one per sandbox). Touches nothing.
+    pub fn substore(&self, name: &str) -> Result<StateStore, StateError> {
+        validate_name(name)?;
+        Ok(StateStore {
+            root: self.root.join(name),
+        })
+    }
+
+    /// The file that holds record `name`.
+    pub fn path_of(&self, name: &str) -> Result<PathBuf, StateError> {
+        validate_name(name)?;
+        Ok(self.root.join(name))
+    }
+
+    /// Reads record `name`; `None` when it does not exist (also when the store does not).
+    /// Takes no lock and creates nothing.
+    pub fn read<T: DeserializeOwned>(&self, name: &str) -> Result<Option<Record<T>>, StateError> {
+        let path = self.path_of(name)?;
+        read_json(&path)
+    }
+
+    /// Names of all records in the store, sorted (sidecars and temporaries excluded).
+    pub fn names(&self) -> Result<Vec<String>, StateError> {
+        let entries = match std::fs::read_dir(&self.root) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(source) => {
+                return Err(StateError::Read {
+                    path: self.root.clone(),
+                    source,
+                })
+            }
+        };
+        let mut names = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(|source| StateError::Read {
+                path: self.root.clone(),
+                source,
+            })?;
+            let is_file = entry.file_type().is_ok_and(|t| t.is_file());
+            if let Some(name) = entry.file_name().to_str() {
+                if is_file && validate_name(name).is_ok() {
+                    names.push(name.to_string());
+                }
+            }
+        }
+        names.sort();
+        Ok(names)
+    }
+
+    /// Writes `value` as record `name` if the record is currently at revision `expected`
+    /// (`None`: the record must not exist). Returns the new revision.
+    pub fn write<T: Serialize>(
+        &self,
+        name: &str,
+        expected: Option<u64>,
+        value: &T,
+    ) -> Result<u64, StateError> {
+        let path = self.path_of(name)?;
+        let bytes = encode(name, expected, value)?;
+        self.create_root()?;
+        let _lock = self.lock_record(name)?;
+        let found = read_json::<serde_json::Value>(&path)?.map(|r| r.revision);
+        if found != expected {
+            return Err(StateError::StaleRevision {
+                name: name.to_string(),
+                expected,
+                found,
+            });
+        }
+        let base = match found {
+            Some(revision) => revision,
+            None => self.removed_revision(name)?,
+        };
+        let revision = base + 1;
+        let bytes = reencode_revision(bytes, revision, name)?;
+        remove_stray_temps(&self.root, OsStr::new(name)).map_err(|source| StateError::Remove {
+            path: self.root.clone(),
+            source,
+        })?;
+        write_atomic(&path, &bytes, 0o600)?;
+        Ok(revision)
+    }
+
+    /// Read-modify-write with compare-and-swap: `f` gets the current data (or `None`) and
+    /// returns the new data; on a concurrent change the read and `f` are repeated, at most
+    /// [`UPDATE_ATTEMPTS`] times with a short randomised back-off. `f` may therefore run
+    /// more than once and must not have side effects.
+    pub fn update<T, F>(&self, name: &str, mut f: F) -> Result<Record<T>, StateError>
+    where
+        T: Serialize + DeserializeOwned,
+        F: FnMut(Option<T>) -> T,
+    {
+        for attempt in 0..UPDATE_ATTEMPTS {
+            let current = self.read::<T>(name)?;
+            let expected = current.as_ref().map(|r| r.revision);
+            let data = f(current.map(|r| r.data));
+            match self.write(name, expected, &data) {
+                Ok(revision) => return Ok(Record { revision, data }),
+                Err(StateError::StaleRevision { .. }) => std::thread::sleep(backoff(attempt)),
+                Err(e) => return Err(e),
+            }
+        }
+        Err(StateError::Contended {
+            name: name.to_string(),
+            attempts: UPDATE_ATTEMPTS,
+        })
+    }
+
+    /// Removes record `name` if it is at revision `expected`; a later write of the same name
+    /// continues from this revision (see module docs).
+    pub fn remove(&self, name: &str, expected: u64) -> Result<(), StateError> {
+        let path = self.path_of(name)?;
+        let _lock = self.lock_record(name)?;
+        let found = read_json::<serde_json::Value>(&path)?.map(|r| r.revision);
+        if found != Some(expected) {
+            return Err(StateError::StaleRevision {
+                name: name.to_string(),
+                expected: Some(expected),
+                found,
+            });
+        }
+        let tomb = serde_json::to_vec(&Tombstone { revision: expected }).map_err(|source| {
+            StateError::Encode {
+                name: name.to_string(),
+                source,
+            }
+        })?;
+        write_atomic(&self.sidecar(name, "removed"), &tomb, 0o600)?;
+        std::fs::remove_file(&path).map_err(|source| StateError::Remove { path, source })
+    }
+
+    fn sidecar(&self, name: &str, kind: &str) -> PathBuf {
+        self.root.join(format!(".{name}.{kind}"))
+    }
+
+    fn removed_revision(&self, name: &str) -> Result<u64, StateError> {
+        let path = self.sidecar(name, "removed");
+        let bytes = match read_nofollow(&path)? {
+            Some(bytes) => bytes,
+            None => return Ok(0),
+        };
+        let tomb: Tombstone = serde_json::from_slice(&bytes)
+            .map_err(|source| StateError::Corrupt { path, source })?;
+        Ok(tomb.revision)
+    }
+
+    fn create_root(&self) -> Result<(), StateError> {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&self.root)
+            .map_err(|source| StateError::CreateDir {
+                path: self.root.clone(),
+                source,
+            })
+    }
+
+    /// Exclusive lock on the record's sidecar, released when the returned file is dropped.
+    fn lock_record(&self, name: &str) -> Result<File, StateError> {
+        let path = self.sidecar(name, "lock");
+        let flags = OFlags::RDWR | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let fd = match rustix::fs::open(&path, flags, Mode::from_raw_mode(0o600)) {
+            Ok(fd) => fd,
+            Err(e) => {
+                return Err(StateError::Lock {
+                    path,
+                    source: e.into(),
+                })
+            }
+        };
+        match lock_exclusive_within(&fd, RECORD_LOCK_WAIT) {
+            Ok(true) => Ok(File::from(fd)),
+            Ok(false) => Err(StateError::LockTimeout {
+                path,
+                waited: RECORD_LOCK_WAIT,
+            }),
+            Err(e) => Err(StateError::Lock {
+                path,
+                source: e.into(),
+            }),
+        }
+    }
+}
+
+/// Serialises with a placeholder revision first, so an unencodable value fails before any
+/// lock is taken or directory created.
+fn encode<T: Serialize>(
+    name: &str,
+    expected: Option<u64>,
+    value: &T,
+) -> Result<serde_json::Value, StateError> {
+    let record = Record {
+        revision: expected.unwrap_or(0),
+        data: value,
+    };
+    serde_json::to_value(&record).map_err(|source| StateError::Encode {
+        name: name.to_string(),
+        source,
+    })
+}
+
+fn reencode_revision(
+    mut record: serde_json::Value,
+    revision: u64,
+    name: &str,
+) -> Result<Vec<u8>, StateError> {
+    record["revision"] = serde_json::Value::from(revision);
+    let mut bytes = serde_json::to_vec_pretty(&record).map_err(|source| StateError::Encode {
+        name: name.to_string(),
+        source,
+    })?;
+    bytes.push(b'\n');
+    Ok(bytes)
+}
+
+fn read_json<T: DeserializeOwned>(path: &Path) -> Result<Option<Record<T>>, StateError> {
+    let Some(bytes) = read_nofollow(path)? else {
+        return Ok(None);
+    };
+    serde_json::from_slice(&bytes)
+        .map(Some)
+        .map_err(|source| StateError::Corrupt {
+            path: path.to_path_buf(),
+            source,
+        })
+}
+
+/// Reads a whole file, refusing a symlink in its place; `None` when absent.
+fn read_nofollow(path: &Path) -> Result<Option<Vec<u8>>, StateError> {
+    use std::io::Read;
+    let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let fd = match rustix::fs::open(path, flags, Mode::empty()) {
+        Ok(fd) => fd,
+        Err(Errno::NOENT) => return Ok(None),
+        Err(e) => {
+            return Err(StateError::Read {
+                path: path.to_path_buf(),
+                source: e.into(),
+            })
+        }
+    };
+    let mut bytes = Vec::new();
+    File::from(fd)
+        .read_to_end(&mut bytes)
+        .map_err(|source| StateError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+    Ok(Some(bytes))
+}
+
+/// 0.2–4.2 ms growing with the attempt, jittered by pid and clock so that contending
+/// processes stop retrying in lock-step.
+fn backoff(attempt: u32) -> Duration {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    let jitter = (nanos ^ std::process::id().wrapping_mul(2_654_435_761)) % 1000;
+    let base = 200 * u64::from(attempt.min(15) + 1);
+    Duration::from_micros(base + u64::from(jitter))
+}

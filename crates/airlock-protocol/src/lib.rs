@@ -1,1 +1,29 @@
-//! airlock-protocol: see docs/architecture.md.
+//! airlock-protocol: how the host and the guest talk (PRODUCT.md R3).
+//!
+//! Layers, bottom up:
+//! - [`frame`]: `kind u8 | length u32 BE | payload`, at most [`frame::MAX_FRAME_LEN`] bytes.
+//! - [`message`]: versioned control messages (JSON in control frames) and raw stdio packets.
+//! - [`version`]: range negotiation; the highest common version wins, none → typed error.
+//! - [`handshake`]: every stream starts with a guest nonce and a host HMAC-SHA256 proof of the
+//!   per-epoch key, verified in constant time before anything else is accepted.
+//! - [`fdpass`]: the control socket and `SCM_RIGHTS` stream opening.
+//! - [`client`]: the host side of one exec.
+//!
+//! This crate knows nothing about backends: it works over any connected Unix stream.
+
+pub mod client;
+pub mod fdpass;
+pub mod frame;
+pub mod handshake;
+pub mod message;
+pub mod version;
+
+pub use client::{ClientError, ExecClient, ExecController, ExitStatus};
+pub use fdpass::{control_socketpair, open_stream, recv_stream, FdPassError};
+pub use frame::{FrameError, FrameKind, MAX_FRAME_LEN};
+pub use handshake::{guest_handshake, host_handshake, HandshakeError, Key};
+pub use message::{
+    read_packet, write_message, write_packet, ErrorCode, ExecRequest, ExecUser, Message, Packet,
+    PacketError, RemoteError, RequestError, TtyRequest, WindowSize,
+};
+pub use version::{negotiate, VersionError, VersionRange, MAX_VERSION, MIN_VERSION};

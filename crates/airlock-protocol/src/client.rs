@@ -1,0 +1,226 @@
+//! The host side of an exec stream.
+//!
+//! Order of operations: [`ExecClient::connect`] runs the handshake on a freshly opened stream;
+//! [`ExecClient::run`] sends `exec`, starts a thread that pumps host stdin into `stdin` frames
+//! (then `stdin_closed`), and copies `stdout`/`stderr` frames to the caller's writers in the
+//! order they arrive until `exited`/`signaled` (or a typed `error`). Window-size changes and
+//! signals go in through an [`ExecController`], usable from any thread.
+//!
+//! The stdin pump blocks in `read` on the caller's reader; it cannot be interrupted, so it is
+//! detached and ends at its next read once the stream has been shut down.
+
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::sync::{Arc, Mutex};
+use std::thread;
+
+use crate::handshake::{host_handshake, HandshakeError, Key};
+use crate::message::{
+    read_packet, write_packet, ExecRequest, Message, Packet, PacketError, RemoteError,
+    RequestError, WindowSize,
+};
+use crate::version::VersionRange;
+
+/// How the process ended. The CLI maps `Signal(n)` to exit status `128 + n`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExitStatus {
+    /// Exited normally with this code.
+    Code(i32),
+    /// Killed by this signal.
+    Signal(i32),
+}
+
+impl ExitStatus {
+    /// The shell convention: the code, or `128 + signal`.
+    pub fn shell_code(self) -> i32 {
+        match self {
+            Self::Code(code) => code,
+            Self::Signal(signal) => 128 + signal,
+        }
+    }
+}
+
+/// Why an exec failed on the host side.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The handshake failed.
+    #[error(transparent)]
+    Handshake(#[from] HandshakeError),
+    /// The request is malformed; nothing was sent.
+    #[error("invalid exec request: {0}")]
+    Request(#[from] RequestError),
+    /// Reading or writing the stream failed.
+    #[error(transparent)]
+    Packet(#[from] PacketError),
+    /// The guest reported a typed error.
+    #[error("the sandbox refused the command: {0}")]
+    Remote(RemoteError),
+    /// The guest sent something not valid at this point of the stream.
+    #[error("the sandbox sent {got} {when}")]
+    Unexpected {
+        /// What arrived.
+        got: &'static str,
+        /// Where in the stream (`"before started"`, …).
+        when: &'static str,
+    },
+    /// The stream closed before the process's status arrived.
+    #[error("the sandbox closed the stream before reporting the exit status")]
+    Closed,
+    /// Writing the process's output to the caller's writer failed.
+    #[error("writing the command's {stream} failed: {source}")]
+    Output {
+        /// `"stdout"` or `"stderr"`.
+        stream: &'static str,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// Cloning the stream for the writer side failed.
+    #[error("cannot duplicate the stream socket: {0}")]
+    Clone(std::io::Error),
+}
+
+/// Sends control input (window size, signals) into a running exec. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct ExecController {
+    writer: Arc<Mutex<UnixStream>>,
+}
+
+impl ExecController {
+    fn send(&self, packet: &Packet) -> Result<(), PacketError> {
+        let mut writer = self
+            .writer
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        write_packet(&mut *writer, packet)
+    }
+
+    /// Tells the guest the terminal is now `size` (PTY mode; ignored in pipes mode).
+    pub fn resize(&self, size: WindowSize) -> Result<(), PacketError> {
+        self.send(&Packet::Control(Message::Resize(size)))
+    }
+
+    /// Delivers `signal` to the process group of the process.
+    pub fn signal(&self, signal: i32) -> Result<(), PacketError> {
+        self.send(&Packet::Control(Message::Signal { signal }))
+    }
+}
+
+/// An authenticated exec stream, ready to run one command.
+#[derive(Debug)]
+pub struct ExecClient {
+    reader: UnixStream,
+    controller: ExecController,
+    version: u32,
+}
+
+impl ExecClient {
+    /// Runs the host side of the handshake on `stream` with this epoch's `key`.
+    pub fn connect(mut stream: UnixStream, key: &Key) -> Result<Self, ClientError> {
+        let version = host_handshake(&mut stream, key, VersionRange::CURRENT)?;
+        let writer = stream.try_clone().map_err(ClientError::Clone)?;
+        Ok(Self {
+            reader: stream,
+            controller: ExecController {
+                writer: Arc::new(Mutex::new(writer)),
+            },
+            version,
+        })
+    }
+
+    /// The negotiated protocol version.
+    pub fn version(&self) -> u32 {
+        self.version
+    }
+
+    /// A handle for window-size changes and signals while [`run`](Self::run) runs.
+    pub fn controller(&self) -> ExecController {
+        self.controller.clone()
+    }
+
+    /// Runs `request`, streaming `stdin` in (none: stdin is closed at once) and the process's
+    /// output out, and returns how it ended.
+    pub fn run(
+        mut self,
+        request: &ExecRequest,
+        stdin: Option<Box<dyn Read + Send>>,
+        stdout: &mut dyn Write,
+        stderr: &mut dyn Write,
+    ) -> Result<ExitStatus, ClientError> {
+        request.validate()?;
+        self.controller
+            .send(&Packet::Control(Message::Exec(request.clone())))?;
+        match stdin {
+            Some(reader) => {
+                let controller = self.controller.clone();
+                thread::spawn(move || pump_stdin(reader, &controller));
+            }
+            None => self
+                .controller
+                .send(&Packet::Control(Message::StdinClosed))?,
+        }
+        let result = self.receive(stdout, stderr);
+        // Wakes the stdin pump's next write and tells the guest we are gone.
+        let _ignored = self.reader.shutdown(std::net::Shutdown::Both);
+        result
+    }
+
+    fn receive(
+        &mut self,
+        stdout: &mut dyn Write,
+        stderr: &mut dyn Write,
+    ) -> Result<ExitStatus, ClientError> {
+        let mut started = false;
+        loop {
+            let packet = read_packet(&mut self.reader)?.ok_or(ClientError::Closed)?;
+            match packet {
+                Packet::Control(Message::Started { .. }) if !started => started = true,
+                Packet::Control(Message::Error(err)) => return Err(ClientError::Remote(err)),
+                Packet::Stdout(data) if started => copy_out(stdout, &data, "stdout")?,
+                Packet::Stderr(data) if started => copy_out(stderr, &data, "stderr")?,
+                Packet::Control(Message::Exited { code }) if started => {
+                    return Ok(ExitStatus::Code(code))
+                }
+                Packet::Control(Message::Signaled { signal }) if started => {
+                    return Ok(ExitStatus::Signal(signal))
+                }
+                other => {
+                    let when = if started {
+                        "after started"
+                    } else {
+                        "before started"
+                    };
+                    return Err(ClientError::Unexpected {
+                        got: other.name(),
+                        when,
+                    });
+                }
+            }
+        }
+    }
+}
+
+fn copy_out(writer: &mut dyn Write, data: &[u8], stream: &'static str) -> Result<(), ClientError> {
+    writer
+        .write_all(data)
+        .and_then(|()| writer.flush())
+        .map_err(|source| ClientError::Output { stream, source })
+}
+
+/// Copies the host's stdin into `stdin` frames, then sends `stdin_closed`.
+fn pump_stdin(mut reader: Box<dyn Read + Send>, controller: &ExecController) {
+    let mut buf = vec![0u8; 32 * 1024];
+    loop {
+        match reader.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                if controller.send(&Packet::Stdin(buf[..n].to_vec())).is_err() {
+                    return;
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            // A failing host stdin is treated as EOF: the process sees its input end.
+            Err(_) => break,
+        }
+    }
+    let _ignored = controller.send(&Packet::Control(Message::StdinClosed));
+}

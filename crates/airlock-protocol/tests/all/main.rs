@@ -1,0 +1,3 @@
+//! Integration tests of airlock-protocol (one test binary per crate).
+mod decoder;
+mod schema;

@@ -2,4 +2,6 @@
 //! every block carries a `// SAFETY:` line.
 #![allow(unsafe_code)]
 
+pub mod filter_check;
+pub mod probe;
 pub mod process;

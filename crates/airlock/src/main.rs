@@ -45,6 +45,9 @@ fn main() -> ExitCode {
 fn print_outcome(printer: &Printer, outcome: Result<commands::Report, CommandError>) -> i32 {
     let (printed, status) = match outcome {
         Ok(mut report) => {
+            for note in &report.notes {
+                printer.note(note);
+            }
             let status = report.failure.as_ref().map_or(0, CommandError::exit_code);
             let printed = match report.failure.take() {
                 None => printer.result(&report.doc, &report.json),

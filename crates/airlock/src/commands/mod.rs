@@ -11,10 +11,13 @@ use crate::context::Context;
 use crate::error::CommandError;
 use crate::output::Doc;
 
+pub mod doctor;
 pub mod version;
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
+    /// Check what this host offers for sandboxes, with the fix for anything missing
+    Doctor(doctor::DoctorArgs),
     /// Print the release version, UTC build label and source revision
     Version(version::VersionArgs),
 }
@@ -22,6 +25,7 @@ pub enum Command {
 /// Runs one verb.
 pub fn run(command: Command, ctx: &Context) -> Result<Report, CommandError> {
     match command {
+        Command::Doctor(args) => doctor::run(args, ctx),
         Command::Version(args) => version::run(args, ctx),
     }
 }
@@ -35,6 +39,8 @@ pub struct Report {
     /// When set, the process exits with this error's code after printing the result; in JSON
     /// the error is added to the result document under `"error"`.
     pub failure: Option<CommandError>,
+    /// Diagnostics for stderr (created files, warnings), printed before the result.
+    pub notes: Vec<String>,
 }
 
 impl Report {
@@ -43,7 +49,13 @@ impl Report {
             doc,
             json,
             failure: None,
+            notes: Vec::new(),
         }
+    }
+
+    /// Adds a diagnostic line for stderr.
+    pub fn note(&mut self, line: impl Into<String>) {
+        self.notes.push(line.into());
     }
 
     pub fn with_failure(mut self, failure: CommandError) -> Self {

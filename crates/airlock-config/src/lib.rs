@@ -1,1 +1,31 @@
-//! airlock-config: see docs/architecture.md.
+//! airlock-config: the configuration of airlock, from environment and files to the validated
+//! [`Effective`] configuration, plus the pure network policy matcher.
+//!
+//! Entry points: [`Roots::from_env`] → [`project::discover`] → [`load`]. Nothing in this
+//! crate writes anywhere; it reads the two config files and metadata of the paths they name.
+//! See `docs/architecture.md` for the contracts.
+
+pub mod agents;
+pub mod diagnostics;
+pub mod effective;
+pub mod env_vars;
+mod load;
+pub mod mounts;
+mod network;
+mod parse;
+pub mod policy;
+pub mod presets;
+pub mod project;
+pub mod raw;
+pub mod roots;
+pub mod schema;
+pub mod templates;
+pub mod values;
+
+pub use diagnostics::{ConfigErrors, Diagnostic};
+pub use effective::{Effective, Origin, Sourced};
+pub use load::{config_hash, load, LoadRequest, Overrides, COMMAND_LINE};
+pub use network::UNTRUSTED_REASON;
+pub use policy::{Action, Decision, HostPattern, Policy, Rule, RuleOrigin};
+pub use project::{Project, ProjectError, ProjectKind};
+pub use roots::{Roots, RootsError};

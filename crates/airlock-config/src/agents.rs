@@ -1,0 +1,182 @@
+//! The built-in agent catalogue (A1).
+//!
+//! Each entry is data: the command, the arguments it gets inside a sandbox (where the sandbox,
+//! not the agent's own permission prompts, is the security boundary), the hosts its API needs
+//! (added to the policy whenever the agent is selected, whatever the preset), the allowlist of
+//! *user-authored* configuration that `sync_config` may copy (A2: never credentials, history,
+//! transcripts, logs or caches), the files that hold its login (A4: mapped only with
+//! `persist_state`), and the environment variables that carry API keys (A3: only through proxy
+//! placeholders).
+//!
+//! Paths are relative to the home directory; a trailing `/` marks a directory.
+
+use serde::Serialize;
+
+/// One agent of the catalogue.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AgentSpec {
+    /// Catalogue name used in config files (`agent = "claude"`).
+    pub name: &'static str,
+    /// Human name.
+    pub display_name: &'static str,
+    /// Executable started in the default session.
+    pub command: &'static str,
+    /// Arguments used unless `[agents.<name>] args` replaces them.
+    pub default_args: &'static [&'static str],
+    /// Host patterns of the agent's API and login endpoints.
+    pub api_hosts: &'static [&'static str],
+    /// User-authored configuration that `sync_config` may copy into the sandbox.
+    pub config_sync: &'static [&'static str],
+    /// Files and directories that hold the agent's login and state (A4).
+    pub state_paths: &'static [&'static str],
+    /// Environment variables carrying API keys; only ever set to placeholders (N5).
+    pub api_key_env: &'static [&'static str],
+}
+
+/// Every agent airlock knows.
+pub const CATALOGUE: &[AgentSpec] = &[
+    AgentSpec {
+        name: "claude",
+        display_name: "Claude Code",
+        command: "claude",
+        default_args: &["--dangerously-skip-permissions"],
+        api_hosts: &[
+            "api.anthropic.com",
+            "console.anthropic.com",
+            "statsig.anthropic.com",
+            "claude.ai",
+        ],
+        config_sync: &[
+            ".claude/CLAUDE.md",
+            ".claude/settings.json",
+            ".claude/commands/",
+            ".claude/agents/",
+            ".claude/skills/",
+        ],
+        state_paths: &[".claude/", ".claude.json"],
+        api_key_env: &["ANTHROPIC_API_KEY"],
+    },
+    AgentSpec {
+        name: "codex",
+        display_name: "Codex CLI",
+        command: "codex",
+        default_args: &["--dangerously-bypass-approvals-and-sandbox"],
+        api_hosts: &["api.openai.com", "auth.openai.com", "chatgpt.com"],
+        config_sync: &[".codex/config.toml", ".codex/AGENTS.md", ".codex/prompts/"],
+        state_paths: &[".codex/"],
+        api_key_env: &["OPENAI_API_KEY"],
+    },
+    AgentSpec {
+        name: "opencode",
+        display_name: "OpenCode",
+        command: "opencode",
+        default_args: &[],
+        api_hosts: &["opencode.ai", "models.dev"],
+        config_sync: &[
+            ".config/opencode/opencode.json",
+            ".config/opencode/AGENTS.md",
+            ".config/opencode/agent/",
+            ".config/opencode/command/",
+        ],
+        state_paths: &[".local/share/opencode/"],
+        api_key_env: &["ANTHROPIC_API_KEY", "OPENAI_API_KEY"],
+    },
+    AgentSpec {
+        name: "gemini",
+        display_name: "Gemini CLI",
+        command: "gemini",
+        default_args: &["--yolo"],
+        api_hosts: &[
+            "generativelanguage.googleapis.com",
+            "cloudcode-pa.googleapis.com",
+            "oauth2.googleapis.com",
+        ],
+        config_sync: &[
+            ".gemini/settings.json",
+            ".gemini/GEMINI.md",
+            ".gemini/commands/",
+        ],
+        state_paths: &[".gemini/"],
+        api_key_env: &["GEMINI_API_KEY"],
+    },
+    AgentSpec {
+        name: "copilot",
+        display_name: "GitHub Copilot CLI",
+        command: "copilot",
+        default_args: &["--allow-all-tools"],
+        api_hosts: &[
+            "api.github.com",
+            "api.githubcopilot.com",
+            "**.githubcopilot.com",
+        ],
+        config_sync: &[".copilot/agents/"],
+        state_paths: &[".copilot/"],
+        api_key_env: &["GH_TOKEN", "GITHUB_TOKEN"],
+    },
+    AgentSpec {
+        name: "aider",
+        display_name: "Aider",
+        command: "aider",
+        default_args: &[],
+        api_hosts: &["api.openai.com", "api.anthropic.com"],
+        config_sync: &[".aider.conf.yml", ".aider.model.settings.yml"],
+        state_paths: &[".aider/"],
+        api_key_env: &["OPENAI_API_KEY", "ANTHROPIC_API_KEY"],
+    },
+];
+
+/// The catalogue entry named `name`.
+pub fn find(name: &str) -> Option<&'static AgentSpec> {
+    CATALOGUE.iter().find(|a| a.name == name)
+}
+
+/// Catalogue names, in catalogue order.
+pub fn names() -> impl Iterator<Item = &'static str> {
+    CATALOGUE.iter().map(|a| a.name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::HostPattern;
+    use std::collections::HashSet;
+
+    #[test]
+    fn catalogue_has_the_agents_the_product_names() {
+        for name in ["claude", "codex", "opencode", "gemini", "copilot", "aider"] {
+            assert!(find(name).is_some(), "{name} missing");
+        }
+        assert_eq!(find("claude").unwrap().command, "claude");
+        let unique: HashSet<_> = names().collect();
+        assert_eq!(unique.len(), CATALOGUE.len());
+    }
+
+    #[test]
+    fn every_agent_api_host_is_a_valid_pattern() {
+        for agent in CATALOGUE {
+            assert!(!agent.api_hosts.is_empty(), "{}", agent.name);
+            for host in agent.api_hosts {
+                HostPattern::parse(host).unwrap_or_else(|e| panic!("{}: {e}", agent.name));
+            }
+        }
+    }
+
+    #[test]
+    fn config_sync_never_includes_login_files_or_credentials() {
+        for agent in CATALOGUE {
+            for sync in agent.config_sync {
+                assert!(!sync.starts_with('/') && !sync.contains(".."), "{sync}");
+                for lower in ["credential", "auth", "token", "oauth", "history", "log"] {
+                    assert!(
+                        !sync.to_ascii_lowercase().contains(lower),
+                        "{}: {sync} looks like a credential/history file",
+                        agent.name
+                    );
+                }
+                // A sync entry may sit inside a state directory (it is user-authored), but it
+                // must never be a whole state directory or state file.
+                assert!(!agent.state_paths.contains(sync), "{}: {sync}", agent.name);
+            }
+        }
+    }
+}

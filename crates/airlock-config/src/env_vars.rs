@@ -1,0 +1,115 @@
+//! The one catalogue of every environment variable airlock reads or sets.
+//!
+//! Code elsewhere names variables through these constants, never as string literals, so this
+//! file is the complete list a reviewer needs to audit what crosses the host/sandbox boundary.
+
+// ---- Read on the host -------------------------------------------------------------------
+
+/// The invoking user's home directory; required and absolute. Also set inside the sandbox to
+/// the same path (I3), which there is the sandbox's own directory.
+pub const HOME: &str = "HOME";
+/// Base for the user config (`$XDG_CONFIG_HOME/airlock`), default `~/.config`.
+pub const XDG_CONFIG_HOME: &str = "XDG_CONFIG_HOME";
+/// Base for state (`$XDG_STATE_HOME/airlock`), default `~/.local/state`.
+pub const XDG_STATE_HOME: &str = "XDG_STATE_HOME";
+/// Base for data: secrets, CA, images (`$XDG_DATA_HOME/airlock`), default `~/.local/share`.
+pub const XDG_DATA_HOME: &str = "XDG_DATA_HOME";
+/// Base for caches mapped in for package managers (`$XDG_CACHE_HOME/airlock`), default `~/.cache`.
+pub const XDG_CACHE_HOME: &str = "XDG_CACHE_HOME";
+/// Base for sockets (`$XDG_RUNTIME_DIR/airlock`), default `<state>/run`.
+pub const XDG_RUNTIME_DIR: &str = "XDG_RUNTIME_DIR";
+/// Preferred editor for `airlock config` (checked before `EDITOR`).
+pub const VISUAL: &str = "VISUAL";
+/// Fallback editor for `airlock config`.
+pub const EDITOR: &str = "EDITOR";
+/// When set (to anything), human output has no colour.
+pub const NO_COLOR: &str = "NO_COLOR";
+/// Terminal type; read on the host and passed into attached sessions (S2).
+pub const TERM: &str = "TERM";
+/// The user's login shell; the default session command when no agent is configured (S1).
+pub const SHELL: &str = "SHELL";
+
+// ---- Set inside the sandbox ---------------------------------------------------------------
+
+/// Egress proxy for plain HTTP (N1): `http://127.0.0.1:3128`.
+pub const HTTP_PROXY: &str = "HTTP_PROXY";
+/// Egress proxy for HTTPS/CONNECT (N1).
+pub const HTTPS_PROXY: &str = "HTTPS_PROXY";
+/// Lower-case spelling of [`HTTP_PROXY`]; curl only honours this one for http.
+pub const HTTP_PROXY_LOWER: &str = "http_proxy";
+/// Lower-case spelling of [`HTTPS_PROXY`].
+pub const HTTPS_PROXY_LOWER: &str = "https_proxy";
+/// Catch-all proxy variable some tools read instead of the two above.
+pub const ALL_PROXY: &str = "ALL_PROXY";
+/// Lower-case spelling of [`ALL_PROXY`].
+pub const ALL_PROXY_LOWER: &str = "all_proxy";
+/// Hosts reached without the proxy: only loopback (`localhost,127.0.0.1,::1`).
+pub const NO_PROXY: &str = "NO_PROXY";
+/// Lower-case spelling of [`NO_PROXY`].
+pub const NO_PROXY_LOWER: &str = "no_proxy";
+/// CA bundle for OpenSSL-based tools, including airlock's interception CA (N6).
+pub const SSL_CERT_FILE: &str = "SSL_CERT_FILE";
+/// CA bundle for Python `requests` (N6).
+pub const REQUESTS_CA_BUNDLE: &str = "REQUESTS_CA_BUNDLE";
+/// CA bundle for curl (N6).
+pub const CURL_CA_BUNDLE: &str = "CURL_CA_BUNDLE";
+/// Extra CA certificates for Node.js (N6).
+pub const NODE_EXTRA_CA_CERTS: &str = "NODE_EXTRA_CA_CERTS";
+/// CA bundle for git over HTTPS (N6).
+pub const GIT_SSL_CAINFO: &str = "GIT_SSL_CAINFO";
+/// CA bundle for cargo (N6).
+pub const CARGO_HTTP_CAINFO: &str = "CARGO_HTTP_CAINFO";
+/// UTF-8 locale inside the sandbox (S3): `C.UTF-8`.
+pub const LANG: &str = "LANG";
+/// Overrides every locale category inside the sandbox (S3): `C.UTF-8`.
+pub const LC_ALL: &str = "LC_ALL";
+/// The sandbox user's name.
+pub const USER: &str = "USER";
+/// The sandbox user's name, as read by some tools instead of `USER`.
+pub const LOGNAME: &str = "LOGNAME";
+/// Executable search path inside the sandbox.
+pub const PATH: &str = "PATH";
+
+/// Variables airlock reads on the host.
+pub const READ_ON_HOST: &[&str] = &[
+    HOME,
+    XDG_CONFIG_HOME,
+    XDG_STATE_HOME,
+    XDG_DATA_HOME,
+    XDG_CACHE_HOME,
+    XDG_RUNTIME_DIR,
+    VISUAL,
+    EDITOR,
+    NO_COLOR,
+    TERM,
+    SHELL,
+];
+
+/// Proxy variables set for every sandbox process (N1).
+pub const PROXY_VARS: &[&str] = &[
+    HTTP_PROXY,
+    HTTPS_PROXY,
+    HTTP_PROXY_LOWER,
+    HTTPS_PROXY_LOWER,
+    ALL_PROXY,
+    ALL_PROXY_LOWER,
+];
+
+/// Variables pointing tools at the CA bundle that includes airlock's interception CA (N6).
+pub const CA_BUNDLE_VARS: &[&str] = &[
+    SSL_CERT_FILE,
+    REQUESTS_CA_BUNDLE,
+    CURL_CA_BUNDLE,
+    NODE_EXTRA_CA_CERTS,
+    GIT_SSL_CAINFO,
+    CARGO_HTTP_CAINFO,
+];
+
+/// The proxy address inside the sandbox (N1).
+pub const PROXY_URL: &str = "http://127.0.0.1:3128";
+
+/// The value of [`NO_PROXY`] inside the sandbox.
+pub const NO_PROXY_VALUE: &str = "localhost,127.0.0.1,::1";
+
+/// The locale inside the sandbox (S3).
+pub const SANDBOX_LOCALE: &str = "C.UTF-8";

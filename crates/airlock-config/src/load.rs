@@ -1,0 +1,449 @@
+//! Loading: both files → every diagnostic at once, or the [`Effective`] configuration.
+//!
+//! Order of operations (L2: nothing here has side effects; only the two config files and the
+//! metadata of referenced paths are read):
+//! 1. read and parse the user config, then the project config (absent files are defaults);
+//! 2. hash the project config and ask the caller whether that hash is trusted (C6);
+//! 3. resolve scalars with precedence default < user < project < flag, validating each file's
+//!    value on its own so both files' errors are reported;
+//! 4. validate the workspace, mounts, network (trust-aware), agents;
+//! 5. list provisioning steps in P1 order;
+//! 6. return every diagnostic of steps 1–5 together, or the effective configuration.
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+use crate::agents::{self, AgentSpec};
+use crate::diagnostics::{ConfigErrors, Diagnostic};
+use crate::effective::{
+    Agent, Effective, Files, HomeMapping, Image, LoadedFile, Origin, Phase, ProvisionStep, Sourced,
+    StepOwner, Workspace,
+};
+use crate::mounts;
+use crate::network::{self, NetworkInputs};
+use crate::parse::{parse_file, FileRole, ParsedFile};
+use crate::project::Project;
+use crate::raw::RawConfig;
+use crate::roots::Roots;
+use crate::values;
+
+/// Values given on the command line for one run (C5: they never rewrite a file).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Overrides {
+    /// `--memory-mb`.
+    pub memory_mb: Option<u64>,
+}
+
+/// What [`load`] needs.
+pub struct LoadRequest<'a> {
+    /// airlock's directories (the user config lives in `roots.config`).
+    pub roots: &'a Roots,
+    /// The active project, if any.
+    pub project: Option<&'a Project>,
+    /// Command-line overrides.
+    pub overrides: Overrides,
+    /// Trust lookup: `(canonical project root, sha256 hex of the project config) -> trusted`.
+    pub is_trusted: &'a dyn Fn(&Path, &str) -> bool,
+}
+
+/// SHA-256 of a config file's bytes, lowercase hex: the key of trust records (C6).
+pub fn config_hash(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+/// The pseudo-file named in diagnostics about command-line values.
+pub const COMMAND_LINE: &str = "<command line>";
+
+/// Reads one file. `Ok(None)` when it does not exist.
+fn read(path: &Path, diags: &mut Vec<Diagnostic>) -> Option<Vec<u8>> {
+    match std::fs::read(path) {
+        Ok(bytes) => Some(bytes),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+        Err(e) => {
+            diags.push(Diagnostic {
+                file: path.to_owned(),
+                key: String::new(),
+                line: 0,
+                column: 0,
+                message: format!("cannot read: {e}"),
+            });
+            None
+        }
+    }
+}
+
+fn load_file(
+    path: &Path,
+    role: FileRole,
+    diags: &mut Vec<Diagnostic>,
+) -> (LoadedFile, Option<ParsedFile>) {
+    let bytes = read(path, diags);
+    let info = LoadedFile {
+        path: path.to_owned(),
+        present: bytes.is_some(),
+        sha256: bytes.as_deref().map(config_hash),
+    };
+    let parsed = bytes.map(|b| match String::from_utf8(b) {
+        Ok(text) => parse_file(path, &text, role, diags),
+        Err(_) => {
+            diags.push(Diagnostic {
+                file: path.to_owned(),
+                key: String::new(),
+                line: 0,
+                column: 0,
+                message: "is not valid UTF-8".to_owned(),
+            });
+            parse_file(path, "", role, &mut Vec::new())
+        }
+    });
+    (info, parsed)
+}
+
+/// The files of one load, in precedence order (user, then project).
+struct Layers<'a> {
+    files: Vec<(Origin, &'a ParsedFile)>,
+}
+
+impl Layers<'_> {
+    /// Checks every file's value of one key and returns the highest-precedence valid one.
+    fn resolve<T, U>(
+        &self,
+        diags: &mut Vec<Diagnostic>,
+        key: &str,
+        get: impl Fn(&RawConfig) -> Option<&T>,
+        check: impl Fn(&T, Origin) -> Result<U, String>,
+    ) -> Option<Sourced<U>> {
+        let mut out = None;
+        for (origin, file) in &self.files {
+            if let Some(v) = get(&file.raw) {
+                match check(v, *origin) {
+                    Ok(u) => out = Some(Sourced::new(u, *origin)),
+                    Err(message) => diags.push(file.diag(key, message)),
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Loads and validates everything; see the module docs for the order of operations.
+pub fn load(req: &LoadRequest<'_>) -> Result<Effective, ConfigErrors> {
+    let mut diags = Vec::new();
+    let (user_info, user) = load_file(&req.roots.user_config_path(), FileRole::User, &mut diags);
+    let (project_info, project_file) = match req.project {
+        Some(p) => {
+            let (info, parsed) = load_file(&p.config_path, FileRole::Project, &mut diags);
+            (Some(info), parsed)
+        }
+        None => (None, None),
+    };
+    let project_trusted = match (
+        req.project,
+        project_info.as_ref().and_then(|i| i.sha256.as_deref()),
+    ) {
+        (Some(p), Some(hash)) => (req.is_trusted)(&p.root, hash),
+        _ => true,
+    };
+    let mut layers = Layers { files: Vec::new() };
+    layers
+        .files
+        .extend(user.as_ref().map(|f| (Origin::User, f)));
+    layers
+        .files
+        .extend(project_file.as_ref().map(|f| (Origin::Project, f)));
+
+    let d = &mut diags;
+    let image = layers
+        .resolve(
+            d,
+            "image",
+            |r| r.image.as_ref(),
+            |v, o| values::image(v, o == Origin::User),
+        )
+        .unwrap_or(Sourced::new(Image::Host, Origin::Default));
+    let agent = layers.resolve(
+        d,
+        "agent",
+        |r| r.agent.as_ref(),
+        |v, _| {
+            agents::find(v)
+                .map(|a| a.name.to_owned())
+                .ok_or_else(|| unknown_agent(v))
+        },
+    );
+    let agent = agent.map_or(Sourced::new(None, Origin::Default), |s| {
+        Sourced::new(Some(s.value), s.origin)
+    });
+    let memory_mb = memory(&layers, req.overrides, d);
+    let cpus = layers
+        .resolve(
+            d,
+            "cpus",
+            |r| r.cpus.as_ref(),
+            |v, _| values::cpus(*v).map(Some),
+        )
+        .unwrap_or(Sourced::new(None, Origin::Default));
+    let pids_max = layers
+        .resolve(
+            d,
+            "pids_max",
+            |r| r.pids_max.as_ref(),
+            |v, _| values::pids_max(*v),
+        )
+        .unwrap_or(Sourced::new(values::DEFAULT_PIDS_MAX, Origin::Default));
+    let layout = layers
+        .resolve(d, "layout", |r| r.layout.as_ref(), |v, _| Ok(*v))
+        .unwrap_or(Sourced::new(Default::default(), Origin::Default));
+    let detach_key = layers
+        .resolve(
+            d,
+            "detach_key",
+            |r| r.detach_key.as_ref(),
+            |v, _| values::detach_key(v),
+        )
+        .unwrap_or_else(|| {
+            let k = values::detach_key(values::DEFAULT_DETACH_KEY)
+                .unwrap_or_else(|e| unreachable!("default detach key is invalid: {e}"));
+            Sourced::new(k, Origin::Default)
+        });
+    let mode = layers
+        .resolve(
+            d,
+            "workspace_mode",
+            |r| r.workspace_mode.as_ref(),
+            |v, _| Ok(*v),
+        )
+        .unwrap_or(Sourced::new(Default::default(), Origin::Default));
+    let packages = packages(&layers, d);
+
+    let workspaces = workspaces(req, mode, d);
+    let mounts = user
+        .as_ref()
+        .map(|f| mounts::validate(f, req.roots, req.project.map(|p| p.root.as_path()), d))
+        .unwrap_or_default();
+    let selected = agent.value.as_deref().and_then(agents::find);
+    let network = network::merge(
+        &NetworkInputs {
+            user: user.as_ref(),
+            project: project_file.as_ref(),
+            project_trusted,
+            agent: selected,
+        },
+        d,
+    );
+    let agents = agent_settings(&layers, selected, d);
+    let provisioning = provisioning(req, &layers);
+
+    if !diags.is_empty() {
+        return Err(ConfigErrors(diags));
+    }
+    Ok(Effective {
+        files: Files {
+            user: user_info,
+            project: project_info,
+            project_trusted,
+        },
+        project: req.project.cloned(),
+        image,
+        agent,
+        memory_mb,
+        cpus,
+        pids_max,
+        packages,
+        layout,
+        detach_key,
+        workspaces,
+        home: HomeMapping {
+            host_path: req.roots.home.clone(),
+            sandbox_path: req.roots.home.clone(),
+        },
+        mounts,
+        network,
+        agents,
+        provisioning,
+    })
+}
+
+fn unknown_agent(name: &str) -> String {
+    let known: Vec<&str> = agents::names().collect();
+    format!(
+        "unknown agent {name:?}; the catalogue has: {}",
+        known.join(", ")
+    )
+}
+
+fn memory(
+    layers: &Layers<'_>,
+    overrides: crate::Overrides,
+    d: &mut Vec<Diagnostic>,
+) -> Sourced<u64> {
+    let from_files = layers
+        .resolve(
+            d,
+            "memory_mb",
+            |r| r.memory_mb.as_ref(),
+            |v, _| values::memory_mb(*v),
+        )
+        .unwrap_or(Sourced::new(values::DEFAULT_MEMORY_MB, Origin::Default));
+    match overrides.memory_mb.map(values::memory_mb) {
+        None => from_files,
+        Some(Ok(v)) => Sourced::new(v, Origin::Flag),
+        Some(Err(message)) => {
+            d.push(Diagnostic {
+                file: PathBuf::from(COMMAND_LINE),
+                key: "--memory-mb".to_owned(),
+                line: 0,
+                column: 0,
+                message,
+            });
+            from_files
+        }
+    }
+}
+
+fn packages(layers: &Layers<'_>, d: &mut Vec<Diagnostic>) -> Vec<Sourced<String>> {
+    let mut out: Vec<Sourced<String>> = Vec::new();
+    for (origin, file) in &layers.files {
+        for (i, name) in file.raw.packages.iter().flatten().enumerate() {
+            match values::package(name) {
+                Ok(()) if out.iter().any(|p| &p.value == name) => {}
+                Ok(()) => out.push(Sourced::new(name.clone(), *origin)),
+                Err(message) => d.push(file.diag(&format!("packages[{i}]"), message)),
+            }
+        }
+    }
+    out
+}
+
+fn workspaces(
+    req: &LoadRequest<'_>,
+    mode: Sourced<crate::raw::WorkspaceMode>,
+    d: &mut Vec<Diagnostic>,
+) -> Vec<Workspace> {
+    let Some(project) = req.project else {
+        return Vec::new();
+    };
+    if let Some(reason) = mounts::sensitive_reason(&project.root, req.roots) {
+        d.push(Diagnostic {
+            file: project.root.clone(),
+            key: "workspace".to_owned(),
+            line: 0,
+            column: 0,
+            message: format!("cannot be a workspace: {reason}"),
+        });
+        return Vec::new();
+    }
+    vec![Workspace {
+        name: project.name(),
+        host_path: project.root.clone(),
+        sandbox_path: project.root.clone(),
+        mode,
+    }]
+}
+
+fn agent_settings(
+    layers: &Layers<'_>,
+    selected: Option<&'static AgentSpec>,
+    d: &mut Vec<Diagnostic>,
+) -> Vec<Agent> {
+    for (_, file) in &layers.files {
+        for (name, settings) in &file.raw.agents {
+            if agents::find(name).is_none() {
+                d.push(file.diag(&format!("agents.{name}"), unknown_agent(name)));
+            }
+            for (i, a) in settings.args.iter().flatten().enumerate() {
+                if let Err(m) = values::arg(a) {
+                    d.push(file.diag(&format!("agents.{name}.args[{i}]"), m));
+                }
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for spec in agents::CATALOGUE {
+        let is_selected = selected.is_some_and(|s| s.name == spec.name);
+        let configured = layers
+            .files
+            .iter()
+            .any(|(_, f)| f.raw.agents.contains_key(spec.name));
+        if !is_selected && !configured {
+            continue;
+        }
+        let pick = |get: &dyn Fn(&crate::raw::RawAgentSettings) -> Option<bool>, default: bool| {
+            layers
+                .files
+                .iter()
+                .filter_map(|(o, f)| f.raw.agents.get(spec.name).and_then(get).map(|v| (*o, v)))
+                .last()
+                .map_or(Sourced::new(default, Origin::Default), |(o, v)| {
+                    Sourced::new(v, o)
+                })
+        };
+        let args = layers
+            .files
+            .iter()
+            .filter_map(|(o, f)| {
+                let args = f.raw.agents.get(spec.name)?.args.clone()?;
+                Some(Sourced::new(args, *o))
+            })
+            .last()
+            .unwrap_or_else(|| {
+                let defaults = spec.default_args.iter().map(|s| (*s).to_owned()).collect();
+                Sourced::new(defaults, Origin::Default)
+            });
+        out.push(Agent {
+            spec,
+            selected: is_selected,
+            args,
+            sync_config: pick(&|s| s.sync_config, true),
+            credentials: pick(&|s| s.credentials, false),
+            persist_state: pick(&|s| s.persist_state, false),
+        });
+    }
+    out
+}
+
+fn is_file(path: &Path) -> bool {
+    std::fs::metadata(path).is_ok_and(|m| m.is_file())
+}
+
+fn provisioning(req: &LoadRequest<'_>, layers: &Layers<'_>) -> Vec<ProvisionStep> {
+    let mut steps = vec![ProvisionStep {
+        phase: Phase::Base,
+        owner: StepOwner::Airlock,
+        detail: "locale C.UTF-8, CA trust, git configuration, agent configuration".to_owned(),
+    }];
+    for (_, file) in &layers.files {
+        let names: Vec<&str> = file
+            .raw
+            .packages
+            .iter()
+            .flatten()
+            .map(String::as_str)
+            .collect();
+        if !names.is_empty() {
+            steps.push(ProvisionStep {
+                phase: Phase::Packages,
+                owner: StepOwner::File(file.file.clone()),
+                detail: format!("install {}", names.join(" ")),
+            });
+        }
+    }
+    let user_script = req.roots.provision_script_path();
+    if is_file(&user_script) {
+        steps.push(ProvisionStep {
+            phase: Phase::UserScript,
+            owner: StepOwner::File(user_script.clone()),
+            detail: format!("run {}", user_script.display()),
+        });
+    }
+    if let Some(p) = req.project.filter(|p| is_file(&p.provision_path)) {
+        steps.push(ProvisionStep {
+            phase: Phase::ProjectScript,
+            owner: StepOwner::File(p.provision_path.clone()),
+            detail: format!("run {}", p.provision_path.display()),
+        });
+    }
+    steps
+}

@@ -1,0 +1,477 @@
+//! Parsing one configuration file into [`RawConfig`] while collecting *every* error.
+//!
+//! serde stops at the first error, so the document is parsed with `toml_edit` (which keeps
+//! byte spans) and walked table by table: each key is checked against the raw type's key list,
+//! and each leaf value is deserialized on its own through the raw type's field type. A bad value
+//! becomes one [`Diagnostic`] and the walk continues with the next key. The position of every
+//! visited key path is recorded so later semantic checks can point at lines too.
+//!
+//! Order of operations: syntax (including duplicate keys, which TOML forbids) → unknown keys →
+//! user-only keys in a project file → value types. A syntax error ends the walk of that file.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::de::{DeserializeOwned, IntoDeserializer};
+use toml_edit::{ImDocument, Item, TableLike};
+
+use crate::diagnostics::{Diagnostic, LineIndex};
+use crate::raw::{
+    RawAgentSettings, RawConfig, RawHostPort, RawMount, RawNetwork, AGENT_KEYS, CONFIG_KEYS,
+    HOST_PORT_KEYS, MOUNT_KEYS, NETWORK_KEYS,
+};
+
+/// Which file is being read; decides whether user-only keys are allowed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FileRole {
+    /// `$XDG_CONFIG_HOME/airlock/config.toml`.
+    User,
+    /// `<project>/.airlock/config.toml`.
+    Project,
+}
+
+/// A parsed file: the raw values that were valid, and where each key path is.
+#[derive(Debug, Clone)]
+pub(crate) struct ParsedFile {
+    pub(crate) file: PathBuf,
+    pub(crate) raw: RawConfig,
+    positions: BTreeMap<String, (u32, u32)>,
+}
+
+impl ParsedFile {
+    /// A diagnostic at `key`, or at its nearest recorded ancestor when `key` has no position.
+    pub(crate) fn diag(&self, key: &str, message: impl Into<String>) -> Diagnostic {
+        let (line, column) = self.position(key);
+        Diagnostic {
+            file: self.file.clone(),
+            key: key.to_owned(),
+            line,
+            column,
+            message: message.into(),
+        }
+    }
+
+    fn position(&self, key: &str) -> (u32, u32) {
+        let mut k = key;
+        loop {
+            if let Some(p) = self.positions.get(k) {
+                return *p;
+            }
+            match k.rfind(['.', '[']) {
+                Some(i) => k = &k[..i],
+                None => return (0, 0),
+            }
+        }
+    }
+}
+
+/// The message every user-only key in a project file gets (C6).
+pub(crate) fn user_only_message(what: &str) -> String {
+    format!(
+        "{what} belong in the user config (`airlock config`): a project config cannot choose \
+         host mounts, secrets, credentials or trust anchors"
+    )
+}
+
+/// Parses `text` (the contents of `file`), pushing every problem onto `diags`.
+pub(crate) fn parse_file(
+    file: &Path,
+    text: &str,
+    role: FileRole,
+    diags: &mut Vec<Diagnostic>,
+) -> ParsedFile {
+    let mut walker = Walker {
+        file,
+        role,
+        index: LineIndex::new(text),
+        positions: BTreeMap::new(),
+        diags,
+    };
+    let raw = match ImDocument::parse(text) {
+        Ok(doc) => walker.config(doc.as_table()),
+        Err(e) => {
+            let offset = e.span().map_or(0, |s| s.start);
+            let message = e.message().trim().to_owned();
+            walker.push_at(offset, "", format!("invalid TOML: {message}"));
+            RawConfig::default()
+        }
+    };
+    ParsedFile {
+        file: file.to_owned(),
+        raw,
+        positions: walker.positions,
+    }
+}
+
+struct Walker<'a> {
+    file: &'a Path,
+    role: FileRole,
+    index: LineIndex,
+    positions: BTreeMap<String, (u32, u32)>,
+    diags: &'a mut Vec<Diagnostic>,
+}
+
+fn join(path: &str, key: &str) -> String {
+    if path.is_empty() {
+        key.to_owned()
+    } else {
+        format!("{path}.{key}")
+    }
+}
+
+impl Walker<'_> {
+    fn push_at(&mut self, offset: usize, key: &str, message: String) {
+        let (line, column) = self.index.position(offset);
+        self.diags.push(Diagnostic {
+            file: self.file.to_owned(),
+            key: key.to_owned(),
+            line,
+            column,
+            message,
+        });
+    }
+
+    fn push_key(&mut self, key: &str, message: String) {
+        let (line, column) = self.positions.get(key).copied().unwrap_or((0, 0));
+        self.diags.push(Diagnostic {
+            file: self.file.to_owned(),
+            key: key.to_owned(),
+            line,
+            column,
+            message,
+        });
+    }
+
+    /// Records where `path` is: the item's own span, else its key's.
+    fn record(&mut self, path: &str, key_span: Option<std::ops::Range<usize>>, item: &Item) {
+        if let Some(span) = item.span().or(key_span) {
+            let pos = self.index.position(span.start);
+            self.positions.insert(path.to_owned(), pos);
+        }
+    }
+
+    /// Records positions of every key of `t` and reports keys outside `allowed`.
+    fn keys(&mut self, t: &dyn TableLike, path: &str, allowed: &[&str]) {
+        for (key, item) in t.iter() {
+            let key_span = t.key(key).and_then(|k| k.span());
+            let full = join(path, key);
+            self.record(&full, key_span.clone(), item);
+            if allowed.contains(&key) {
+                continue;
+            }
+            let message = unknown_key_message(self.role, path, key, allowed);
+            let (line, column) = key_span
+                .map(|s| self.index.position(s.start))
+                .or_else(|| self.positions.get(&full).copied())
+                .unwrap_or((0, 0));
+            self.diags.push(Diagnostic {
+                file: self.file.to_owned(),
+                key: full,
+                line,
+                column,
+                message,
+            });
+        }
+    }
+
+    /// Deserializes one value through its raw field type.
+    fn value<T: DeserializeOwned>(&mut self, item: &Item, path: &str) -> Option<T> {
+        let value = item.clone().into_value().ok()?;
+        match T::deserialize(value.into_deserializer()) {
+            Ok(v) => Some(v),
+            Err(e) => {
+                self.push_key(path, e.message().trim().to_owned());
+                None
+            }
+        }
+    }
+
+    fn leaf<T: DeserializeOwned>(&mut self, t: &dyn TableLike, path: &str, key: &str) -> Option<T> {
+        let item = t.get(key)?;
+        self.value(item, &join(path, key))
+    }
+
+    /// A list deserialized element by element, so each bad element is its own error.
+    fn list<T: DeserializeOwned>(
+        &mut self,
+        t: &dyn TableLike,
+        path: &str,
+        key: &str,
+    ) -> Option<Vec<T>> {
+        let item = t.get(key)?;
+        let full = join(path, key);
+        let Some(array) = item.as_array() else {
+            self.push_key(&full, format!("expected an array, found {}", kind(item)));
+            return None;
+        };
+        let mut out = Vec::new();
+        for (i, v) in array.iter().enumerate() {
+            let elem = format!("{full}[{i}]");
+            let element = Item::Value(v.clone());
+            self.record(&elem, None, &element);
+            out.extend(self.value::<T>(&element, &elem));
+        }
+        Some(out)
+    }
+
+    /// A table of name → value, deserialized entry by entry.
+    fn map<T: DeserializeOwned>(
+        &mut self,
+        t: &dyn TableLike,
+        path: &str,
+        key: &str,
+    ) -> Option<BTreeMap<String, T>> {
+        let item = t.get(key)?;
+        let full = join(path, key);
+        let Some(table) = self.table(item, &full) else {
+            return None;
+        };
+        let mut out = BTreeMap::new();
+        for (name, entry) in table.iter() {
+            let entry_path = format!("{full}.{name}");
+            self.record(&entry_path, table.key(name).and_then(|k| k.span()), entry);
+            if let Some(v) = self.value::<T>(entry, &entry_path) {
+                out.insert(name.to_owned(), v);
+            }
+        }
+        Some(out)
+    }
+
+    fn table<'i>(&mut self, item: &'i Item, path: &str) -> Option<&'i dyn TableLike> {
+        let table = item.as_table_like();
+        if table.is_none() {
+            self.push_key(path, format!("expected a table, found {}", kind(item)));
+        }
+        table
+    }
+
+    /// Elements of an array of tables (`[[x]]` or an inline array of inline tables).
+    fn tables<'i>(&mut self, item: &'i Item, path: &str) -> Vec<(String, &'i dyn TableLike)> {
+        let mut out: Vec<(String, &'i dyn TableLike)> = Vec::new();
+        if let Some(aot) = item.as_array_of_tables() {
+            for (i, t) in aot.iter().enumerate() {
+                let p = format!("{path}[{i}]");
+                if let Some(span) = t.span() {
+                    let pos = self.index.position(span.start);
+                    self.positions.insert(p.clone(), pos);
+                }
+                out.push((p, t as &dyn TableLike));
+            }
+        } else if let Some(array) = item.as_array() {
+            for (i, v) in array.iter().enumerate() {
+                let p = format!("{path}[{i}]");
+                if let Some(span) = v.span() {
+                    let pos = self.index.position(span.start);
+                    self.positions.insert(p.clone(), pos);
+                }
+                match v.as_inline_table() {
+                    Some(t) => out.push((p, t as &dyn TableLike)),
+                    None => self.push_key(&p, "expected a table".to_owned()),
+                }
+            }
+        } else {
+            self.push_key(
+                path,
+                format!("expected an array of tables, found {}", kind(item)),
+            );
+        }
+        out
+    }
+
+    /// Reports a user-only key present in a project file; true when the key may be read.
+    fn allowed_here(&mut self, t: &dyn TableLike, path: &str, key: &str, what: &str) -> bool {
+        if t.get(key).is_none() {
+            return false;
+        }
+        if self.role == FileRole::Project {
+            self.push_key(&join(path, key), user_only_message(what));
+            return false;
+        }
+        true
+    }
+
+    fn required<T: DeserializeOwned>(
+        &mut self,
+        t: &dyn TableLike,
+        path: &str,
+        key: &str,
+    ) -> Option<T> {
+        if t.get(key).is_none() {
+            self.push_key(
+                &join(path, key),
+                format!("missing required key `{key}` (it has no default)"),
+            );
+            return None;
+        }
+        self.leaf(t, path, key)
+    }
+
+    fn config(&mut self, root: &dyn TableLike) -> RawConfig {
+        self.keys(root, "", CONFIG_KEYS);
+        let mut raw = RawConfig {
+            image: self.leaf(root, "", "image"),
+            agent: self.leaf(root, "", "agent"),
+            memory_mb: self.leaf(root, "", "memory_mb"),
+            cpus: self.leaf(root, "", "cpus"),
+            pids_max: self.leaf(root, "", "pids_max"),
+            packages: self.list(root, "", "packages"),
+            layout: self.leaf(root, "", "layout"),
+            detach_key: self.leaf(root, "", "detach_key"),
+            workspace_mode: self.leaf(root, "", "workspace_mode"),
+            ..RawConfig::default()
+        };
+        if self.allowed_here(root, "", "mount", "mounts (`[[mount]]`)") {
+            if let Some(item) = root.get("mount") {
+                raw.mount = self.mounts(item);
+            }
+        }
+        if let Some(item) = root.get("network") {
+            if let Some(t) = self.table(item, "network") {
+                raw.network = Some(self.network(t));
+            }
+        }
+        if let Some(item) = root.get("agents") {
+            if let Some(t) = self.table(item, "agents") {
+                raw.agents = self.agents(t);
+            }
+        }
+        raw
+    }
+
+    fn mounts(&mut self, item: &Item) -> Vec<crate::raw::RawMount> {
+        let mut out = Vec::new();
+        for (path, t) in self.tables(item, "mount") {
+            self.keys(t, &path, MOUNT_KEYS);
+            let name = self.required::<String>(t, &path, "name");
+            let host = self.required::<String>(t, &path, "path");
+            let read_only = self.required::<bool>(t, &path, "read_only");
+            if let (Some(name), Some(path), Some(read_only)) = (name, host, read_only) {
+                out.push(RawMount {
+                    name,
+                    path,
+                    read_only,
+                });
+            }
+        }
+        out
+    }
+
+    fn network(&mut self, t: &dyn TableLike) -> RawNetwork {
+        let path = "network";
+        self.keys(t, path, NETWORK_KEYS);
+        let mut net = RawNetwork {
+            preset: self.leaf(t, path, "preset"),
+            allow: self.list(t, path, "allow"),
+            deny: self.list(t, path, "deny"),
+            hosts: self.map(t, path, "hosts"),
+            ..RawNetwork::default()
+        };
+        if self.allowed_here(
+            t,
+            path,
+            "extra_ca",
+            "extra CA certificates (`network.extra_ca`)",
+        ) {
+            net.extra_ca = self.list(t, path, "extra_ca");
+        }
+        if self.allowed_here(t, path, "host_port", "host ports (`[[network.host_port]]`)") {
+            if let Some(item) = t.get("host_port") {
+                for (p, hp) in self.tables(item, "network.host_port") {
+                    self.keys(hp, &p, HOST_PORT_KEYS);
+                    let port = self.required::<u16>(hp, &p, "port");
+                    let guest_port = self.leaf::<u16>(hp, &p, "guest_port");
+                    if let Some(port) = port {
+                        net.host_port.push(RawHostPort { port, guest_port });
+                    }
+                }
+            }
+        }
+        net
+    }
+
+    fn agents(&mut self, t: &dyn TableLike) -> BTreeMap<String, RawAgentSettings> {
+        let mut out = BTreeMap::new();
+        for (name, item) in t.iter() {
+            let path = format!("agents.{name}");
+            self.record(&path, t.key(name).and_then(|k| k.span()), item);
+            let Some(at) = self.table(item, &path) else {
+                continue;
+            };
+            self.keys(at, &path, AGENT_KEYS);
+            let mut settings = RawAgentSettings {
+                args: self.list(at, &path, "args"),
+                sync_config: self.leaf(at, &path, "sync_config"),
+                ..RawAgentSettings::default()
+            };
+            if self.allowed_here(
+                at,
+                &path,
+                "credentials",
+                "credential opt-ins (`credentials`)",
+            ) {
+                settings.credentials = self.leaf(at, &path, "credentials");
+            }
+            if self.allowed_here(
+                at,
+                &path,
+                "persist_state",
+                "credential opt-ins (`persist_state`)",
+            ) {
+                settings.persist_state = self.leaf(at, &path, "persist_state");
+            }
+            out.insert(name.to_owned(), settings);
+        }
+        out
+    }
+}
+
+fn kind(item: &Item) -> &'static str {
+    match item {
+        Item::None => "nothing",
+        Item::Table(_) => "a table",
+        Item::ArrayOfTables(_) => "an array of tables",
+        Item::Value(v) => v.type_name(),
+    }
+}
+
+fn unknown_key_message(role: FileRole, path: &str, key: &str, allowed: &[&str]) -> String {
+    if path.is_empty() && (key == "secrets" || key == "secret") {
+        return match role {
+            FileRole::Project => user_only_message("secrets"),
+            FileRole::User => "secrets are not kept in config files; store one with \
+                               `airlock secret set NAME --host HOST`"
+                .to_owned(),
+        };
+    }
+    let mut message = format!("unknown key `{key}`");
+    if let Some(best) = closest(key, allowed) {
+        message.push_str(&format!(", did you mean `{best}`?"));
+    } else {
+        message.push_str(&format!("; expected one of: {}", allowed.join(", ")));
+    }
+    message
+}
+
+/// The allowed key within edit distance 2 of `key`, if any.
+fn closest<'k>(key: &str, allowed: &[&'k str]) -> Option<&'k str> {
+    allowed
+        .iter()
+        .map(|a| (edit_distance(key, a), *a))
+        .filter(|(d, _)| *d <= 2)
+        .min()
+        .map(|(_, a)| a)
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let sub = prev[j] + usize::from(ca != *cb);
+            cur.push(sub.min(prev[j + 1] + 1).min(cur[j] + 1));
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}

@@ -2,7 +2,13 @@
 //! See docs/architecture.md. `sys/` is the only module allowed to contain `unsafe`.
 #![deny(unsafe_code)]
 
+pub mod bootstrap;
 pub mod cgroup;
 pub mod doctor;
+pub mod host;
+pub mod idmap;
+pub mod init;
+pub mod rootfs;
 pub mod seccomp;
+pub mod spec;
 pub mod sys;

@@ -2,6 +2,9 @@
 //! every block carries a `// SAFETY:` line.
 #![allow(unsafe_code)]
 
+pub mod fd;
 pub mod filter_check;
+pub mod fork;
+pub mod net;
 pub mod probe;
 pub mod process;

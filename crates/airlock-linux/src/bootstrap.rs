@@ -1,0 +1,124 @@
+//! What the host hands the init stage, and the line protocol they speak while it starts.
+//!
+//! Descriptors of `airlock __init` (fixed numbers, everything else is closed at its start):
+//! - [`BOOTSTRAP_FD`]: read end of a pipe carrying one JSON [`Bootstrap`] (spec, per-epoch key).
+//!   The key travels only here: never in argv, the environment or a file inside the sandbox.
+//! - [`SYNC_FD`]: a stream socket for the start handshake, one line per message:
+//!   child `unshared` → host writes the id maps and joins the cgroup → host `mapped` →
+//!   intermediate `pid1 <host pid>` → PID 1 `ready`. Any stage may send `error <text>` instead,
+//!   then exits; EOF before `ready` is a failed start.
+//! - [`CONTROL_FD`]: the guest end of the control socketpair, handed to PID 1.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::fd::RawFd;
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use crate::spec::SandboxSpec;
+
+pub const BOOTSTRAP_FD: RawFd = 3;
+pub const SYNC_FD: RawFd = 4;
+pub const CONTROL_FD: RawFd = 5;
+/// The first descriptor number the init stage closes at start.
+pub const FIRST_UNUSED_FD: u32 = 6;
+/// Argv[1] of the init stage.
+pub const INIT_VERB: &str = "__init";
+/// Length of the per-epoch key.
+pub const KEY_LEN: usize = 32;
+
+#[derive(Debug, Error)]
+pub enum BootstrapError {
+    #[error("cannot read the bootstrap message: {0}")]
+    Read(#[source] std::io::Error),
+    #[error("malformed bootstrap message: {0}")]
+    Decode(#[source] serde_json::Error),
+    #[error("the start handshake failed: {0}")]
+    Sync(#[source] std::io::Error),
+    #[error("the sandbox's init stage ended before {expected}")]
+    Closed { expected: &'static str },
+    #[error("unexpected start handshake message {got:?} while waiting for {expected}")]
+    Unexpected { expected: &'static str, got: String },
+    #[error("{0}")]
+    Remote(String),
+}
+
+/// Everything the init stage needs to know, decided by the host.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Bootstrap {
+    pub spec: SandboxSpec,
+    /// The per-epoch key, hex (see the control-channel contract in docs/architecture.md).
+    pub key_hex: String,
+    /// Host pid of the airlock process that started this sandbox (checked after PDEATHSIG).
+    pub host_pid: u32,
+    /// Empty host directory the init stage mounts its scratch tmpfs on (its own mount
+    /// namespace only; the host never sees anything mounted there).
+    pub scratch_dir: PathBuf,
+    pub sandbox_uid: u32,
+    pub sandbox_gid: u32,
+    /// Whether id 0 is mapped inside (a root identity exists).
+    pub root_mapped: bool,
+}
+
+impl Bootstrap {
+    /// Reads the message from the inherited pipe (until EOF) and closes it.
+    pub fn read_inherited() -> Result<Self, BootstrapError> {
+        let fd = crate::sys::fd::take_inherited(BOOTSTRAP_FD);
+        let mut buf = Vec::new();
+        std::fs::File::from(fd)
+            .read_to_end(&mut buf)
+            .map_err(BootstrapError::Read)?;
+        serde_json::from_slice(&buf).map_err(BootstrapError::Decode)
+    }
+}
+
+/// One side of the start handshake.
+pub struct Sync {
+    reader: BufReader<UnixStream>,
+    writer: UnixStream,
+}
+
+impl Sync {
+    pub fn new(stream: UnixStream) -> Result<Self, BootstrapError> {
+        let writer = stream.try_clone().map_err(BootstrapError::Sync)?;
+        Ok(Self {
+            reader: BufReader::new(stream),
+            writer,
+        })
+    }
+
+    pub fn send(&mut self, line: &str) -> Result<(), BootstrapError> {
+        let clean: String = line
+            .chars()
+            .map(|c| if c == '\n' { ' ' } else { c })
+            .collect();
+        self.writer
+            .write_all(format!("{clean}\n").as_bytes())
+            .map_err(BootstrapError::Sync)
+    }
+
+    /// Waits for a message starting with `expected`; returns the rest of the line.
+    pub fn expect(&mut self, expected: &'static str) -> Result<String, BootstrapError> {
+        let mut line = String::new();
+        let n = self
+            .reader
+            .read_line(&mut line)
+            .map_err(BootstrapError::Sync)?;
+        if n == 0 {
+            return Err(BootstrapError::Closed { expected });
+        }
+        let line = line.trim_end_matches('\n');
+        if let Some(text) = line.strip_prefix("error ") {
+            return Err(BootstrapError::Remote(text.to_owned()));
+        }
+        match line.strip_prefix(expected) {
+            Some(rest) => Ok(rest.trim().to_owned()),
+            None => Err(BootstrapError::Unexpected {
+                expected,
+                got: line.chars().take(200).collect(),
+            }),
+        }
+    }
+}

@@ -1,0 +1,369 @@
+//! The host side of starting and destroying one sandbox.
+//!
+//! [`Sandbox::start`] is the start sequence, in order:
+//! 1. Decide the id maps ([`crate::idmap::plan`]); refuse at once when `--root` was required and
+//!    the host cannot provide a root identity (with the exact reason).
+//! 2. Create the sandbox's 0700 runtime directory, and in it the per-epoch key (32 random
+//!    bytes, 0600) and an empty `scratch` directory the init stage mounts its tmpfs on.
+//! 3. Create the control socketpair, the handshake socketpair and the bootstrap pipe, all
+//!    close-on-exec; spawn `airlock __init` with exactly those three at fixed numbers and an empty
+//!    environment (nothing of the host environment reaches the guest implicitly).
+//! 4. Send the bootstrap message (spec and key) through the pipe, then run the handshake:
+//!    `unshared` → write the id maps and join the cgroup → `mapped` → `pid1 N` → `ready`.
+//!    Any failure kills the init stage and removes everything created above.
+//!
+//! Lifetime: the init stage has `PR_SET_PDEATHSIG(SIGKILL)` bound to the *thread* that spawned
+//! it, so call `start` from a thread that lives as long as the sandbox (the main thread).
+
+use std::fs;
+use std::io::Write;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use thiserror::Error;
+
+use crate::bootstrap::{
+    Bootstrap, BootstrapError, Sync, BOOTSTRAP_FD, CONTROL_FD, INIT_VERB, KEY_LEN, SYNC_FD,
+};
+use crate::idmap::{self, HostIds, IdMapError, IdPlan};
+use crate::spec::SandboxSpec;
+use crate::sys::fd::place_fds;
+
+#[derive(Debug, Error)]
+pub enum StartError {
+    #[error("--root is not available on this host: {reason}")]
+    RootUnavailable { reason: String },
+    #[error("cannot create {path}: {source}")]
+    Create {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{what} failed: {source}")]
+    Io {
+        what: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot start {exe}: {source}")]
+    Spawn {
+        exe: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot write the sandbox's id maps: {0}")]
+    IdMap(#[from] IdMapError),
+    #[error("the sandbox did not start: {source}")]
+    Init {
+        #[source]
+        source: BootstrapError,
+    },
+    #[error("cannot apply the sandbox's resource limits: {0}")]
+    Limits(String),
+}
+
+/// Where and how to start sandboxes.
+#[derive(Debug, Clone)]
+pub struct StartOptions {
+    /// The airlock binary, exec'd as `airlock __init` (normally `/proc/self/exe`).
+    pub exe: PathBuf,
+    /// Directory holding one 0700 subdirectory per live sandbox (under the runtime root).
+    pub sandboxes_dir: PathBuf,
+}
+
+/// Time spent in each start phase.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StartTimings {
+    /// Runtime directory, key, descriptors, spawning the init stage.
+    pub prepare: Duration,
+    /// Until the init stage has unshared its namespaces.
+    pub namespaces: Duration,
+    /// Writing the id maps and joining the cgroup.
+    pub maps: Duration,
+    /// Building the root filesystem and entering it, until `ready`.
+    pub rootfs: Duration,
+}
+
+/// A started sandbox. Dropping it kills it; [`Sandbox::destroy`] does so in order and reports.
+#[derive(Debug)]
+pub struct Sandbox {
+    id: String,
+    dir: PathBuf,
+    init: Child,
+    pid1: Option<OwnedFd>,
+    control: Option<OwnedFd>,
+    key: [u8; KEY_LEN],
+    ids: IdPlan,
+    pub timings: StartTimings,
+}
+
+/// Hook run between `unshared` and `mapped`: joins the sandbox's cgroup, for example. It gets the
+/// host pid of the init stage (PID 1 will be its child and inherit the cgroup).
+pub type JoinHook<'a> = &'a mut dyn FnMut(u32) -> Result<(), String>;
+
+impl Sandbox {
+    /// Starts a sandbox (see the module docs for the sequence).
+    pub fn start(
+        spec: &SandboxSpec,
+        opts: &StartOptions,
+        join: JoinHook<'_>,
+    ) -> Result<Sandbox, StartError> {
+        let t0 = Instant::now();
+        let host = HostIds::probe(spec.user.uid, spec.user.gid, &spec.user.name);
+        let ids = idmap::plan(&host);
+        if spec.require_root {
+            if let Some(reason) = &ids.root_unavailable {
+                return Err(StartError::RootUnavailable {
+                    reason: reason.clone(),
+                });
+            }
+        }
+        let dir = create_private_dir(&opts.sandboxes_dir, &spec.id)?;
+        let started = Self::spawn_and_handshake(spec, opts, join, dir.clone(), ids, t0);
+        if started.is_err() {
+            let _ = fs::remove_dir_all(&dir);
+        }
+        started
+    }
+
+    fn spawn_and_handshake(
+        spec: &SandboxSpec,
+        opts: &StartOptions,
+        join: JoinHook<'_>,
+        dir: PathBuf,
+        ids: IdPlan,
+        t0: Instant,
+    ) -> Result<Sandbox, StartError> {
+        let key = new_key()?;
+        write_key(&dir.join("key"), &key)?;
+        let scratch = dir.join("scratch");
+        fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&scratch)
+            .map_err(|source| StartError::Create {
+                path: scratch.clone(),
+                source,
+            })?;
+        let io = |what| move |source| StartError::Io { what, source };
+        // SOCK_SEQPACKET, close-on-exec: the protocol's control channel (docs/architecture.md).
+        let (control_host, control_guest) = airlock_protocol::control_socketpair()
+            .map_err(|e| io("socketpair")(std::io::Error::other(e.to_string())))?;
+        let (sync_host, sync_guest) = UnixStream::pair().map_err(io("socketpair"))?;
+        let (boot_r, boot_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+            .map_err(|e| io("pipe")(e.into()))?;
+
+        let mut cmd = Command::new(&opts.exe);
+        cmd.arg(INIT_VERB)
+            .env_clear()
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit());
+        let sync_guest = OwnedFd::from(sync_guest);
+        place_fds(
+            &mut cmd,
+            &[
+                (&boot_r, BOOTSTRAP_FD),
+                (&sync_guest, SYNC_FD),
+                (&control_guest, CONTROL_FD),
+            ],
+        );
+        let child = cmd.spawn().map_err(|source| StartError::Spawn {
+            exe: opts.exe.clone(),
+            source,
+        })?;
+        drop((boot_r, sync_guest, control_guest));
+
+        let mut sandbox = Sandbox {
+            id: spec.id.clone(),
+            dir,
+            init: child,
+            pid1: None,
+            control: Some(control_host),
+            key,
+            ids,
+            timings: StartTimings::default(),
+        };
+        let boot = Bootstrap {
+            spec: spec.clone(),
+            key_hex: hex_lower(&key),
+            host_pid: std::process::id(),
+            scratch_dir: scratch,
+            sandbox_uid: sandbox.ids.sandbox_uid,
+            sandbox_gid: sandbox.ids.sandbox_gid,
+            root_mapped: sandbox.ids.root_unavailable.is_none(),
+        };
+        sandbox.timings.prepare = t0.elapsed();
+        sandbox.handshake(&boot, boot_w, sync_host, join)?;
+        Ok(sandbox)
+    }
+
+    fn handshake(
+        &mut self,
+        boot: &Bootstrap,
+        boot_w: OwnedFd,
+        sync_host: UnixStream,
+        join: JoinHook<'_>,
+    ) -> Result<(), StartError> {
+        let init_err = |source| StartError::Init { source };
+        let msg = serde_json::to_vec(boot).map_err(|e| StartError::Io {
+            what: "encoding the bootstrap message",
+            source: e.into(),
+        })?;
+        let mut pipe = fs::File::from(boot_w);
+        pipe.write_all(&msg).map_err(|source| StartError::Io {
+            what: "writing the bootstrap message",
+            source,
+        })?;
+        drop(pipe);
+        let mut sync = Sync::new(sync_host).map_err(init_err)?;
+        let mut t = Instant::now();
+        sync.expect("unshared").map_err(init_err)?;
+        self.timings.namespaces = t.elapsed();
+        t = Instant::now();
+        idmap::write_maps(self.init.id(), &self.ids)?;
+        join(self.init.id()).map_err(StartError::Limits)?;
+        sync.send("mapped").map_err(init_err)?;
+        self.timings.maps = t.elapsed();
+        t = Instant::now();
+        let pid1 = sync.expect("pid1").map_err(init_err)?;
+        let pid1: i32 = pid1.parse().map_err(|_| {
+            init_err(BootstrapError::Unexpected {
+                expected: "a pid",
+                got: pid1.clone(),
+            })
+        })?;
+        self.pid1 = rustix::process::Pid::from_raw(pid1).and_then(|p| {
+            rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok()
+        });
+        sync.expect("ready").map_err(init_err)?;
+        self.timings.rootfs = t.elapsed();
+        Ok(())
+    }
+
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Host end of the control socketpair (held by PID 1 on the other side).
+    pub fn control(&self) -> Option<BorrowedFd<'_>> {
+        self.control.as_ref().map(|c| c.as_fd())
+    }
+
+    /// Takes the host end of the control socket (closing it makes the guest exit).
+    pub fn take_control(&mut self) -> Option<OwnedFd> {
+        self.control.take()
+    }
+
+    pub fn key(&self) -> &[u8; KEY_LEN] {
+        &self.key
+    }
+
+    /// The id layout in use.
+    pub fn ids(&self) -> &IdPlan {
+        &self.ids
+    }
+
+    /// Host pid of the init stage (the intermediate process; PID 1 is its only child).
+    pub fn init_pid(&self) -> u32 {
+        self.init.id()
+    }
+
+    /// Stops the sandbox: closes the control channel (the guest exits), waits up to `grace`,
+    /// then kills PID 1 (which ends every process of the PID namespace), waits for it to be
+    /// gone, and removes the runtime directory. Idempotent with respect to an already dead guest.
+    pub fn destroy(mut self, grace: Duration) -> Result<(), StartError> {
+        self.stop(grace);
+        let dir = std::mem::take(&mut self.dir);
+        fs::remove_dir_all(&dir).map_err(|source| StartError::Io {
+            what: "removing the sandbox runtime directory",
+            source,
+        })
+    }
+
+    fn stop(&mut self, grace: Duration) {
+        self.control = None;
+        let deadline = Instant::now() + grace;
+        while Instant::now() < deadline {
+            if matches!(self.init.try_wait(), Ok(Some(_))) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        if let Some(pid1) = &self.pid1 {
+            let _ = rustix::process::pidfd_send_signal(pid1, rustix::process::Signal::KILL);
+        }
+        let _ = self.init.kill();
+        let _ = self.init.wait();
+        // PID 1's exit (and with it the PID namespace's teardown) is reported on its pidfd.
+        if let Some(pid1) = self.pid1.take() {
+            let mut fds = [rustix::event::PollFd::new(
+                &pid1,
+                rustix::event::PollFlags::IN,
+            )];
+            let limit = rustix::event::Timespec {
+                tv_sec: 5,
+                tv_nsec: 0,
+            };
+            let _ = rustix::event::poll(&mut fds, Some(&limit));
+        }
+    }
+}
+
+impl Drop for Sandbox {
+    fn drop(&mut self) {
+        if !self.dir.as_os_str().is_empty() {
+            self.stop(Duration::ZERO);
+            let _ = fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+fn create_private_dir(parent: &Path, id: &str) -> Result<PathBuf, StartError> {
+    let create = |path: &Path, recursive: bool| {
+        fs::DirBuilder::new()
+            .mode(0o700)
+            .recursive(recursive)
+            .create(path)
+            .map_err(|source| StartError::Create {
+                path: path.to_path_buf(),
+                source,
+            })
+    };
+    create(parent, true)?;
+    let dir = parent.join(id);
+    create(&dir, false)?;
+    Ok(dir)
+}
+
+fn new_key() -> Result<[u8; KEY_LEN], StartError> {
+    let mut key = [0u8; KEY_LEN];
+    getrandom::getrandom(&mut key).map_err(|e| StartError::Io {
+        what: "getrandom",
+        source: std::io::Error::other(e.to_string()),
+    })?;
+    Ok(key)
+}
+
+fn write_key(path: &Path, key: &[u8; KEY_LEN]) -> Result<(), StartError> {
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|source| StartError::Create {
+            path: path.to_path_buf(),
+            source,
+        })?;
+    f.write_all(key).map_err(|source| StartError::Create {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+fn hex_lower(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}

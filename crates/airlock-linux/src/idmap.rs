@@ -1,0 +1,386 @@
+//! User and group id maps of the sandbox's user namespace (PRODUCT I1, I5).
+//!
+//! Which host ids appear as which ids inside (docs/security.md, "Identities"):
+//! - The sandbox user has a non-zero uid inside: the invoker's own uid, or 1000 when the invoker
+//!   is root. It always maps to the invoking host user, so files it writes in workspaces and
+//!   read-write mounts belong to the invoker on the host.
+//! - Root inside (`--root`) maps to a subordinate id, never to the invoker's id:
+//!   * unprivileged invoker with an `/etc/subuid` + `/etc/subgid` range and `newuidmap`/
+//!     `newgidmap`: inside `0..N` maps onto the range, except the sandbox user's id;
+//!   * root invoker: its own `/etc/subuid` range when it has one, else the fixed range
+//!     [`ROOT_INVOKER_BASE`]`..+65536`. Host root (uid 0) then appears inside as the sandbox user
+//!     (uid 1000), which is how system files stay writable for in-sandbox root (I2): its
+//!     `CAP_DAC_OVERRIDE` only applies to inodes whose owner is mapped;
+//!   * unprivileged invoker without subordinate ids: a single-id map, `setgroups` denied, and no
+//!     root identity at all — `--root` is refused with [`IdPlan::root_unavailable`].
+//! - Every host id that is not mapped appears as the overflow id (`nobody`) inside.
+//!
+//! The maps are written by the host process (the parent), after the child has unshared its user
+//! namespace and before it does anything else (see `host.rs`).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+/// Host id range used for in-sandbox root of a root invoker without its own `/etc/subuid` range.
+pub const ROOT_INVOKER_BASE: u32 = 0x7000_0000;
+/// Size of every multi-id map.
+pub const MAP_SIZE: u32 = 65536;
+/// Sandbox user id when the invoker is root.
+pub const ROOT_INVOKER_SANDBOX_ID: u32 = 1000;
+
+#[derive(Debug, Error)]
+pub enum IdMapError {
+    #[error("cannot write {path}: {source}")]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot run {helper}: {source}")]
+    HelperSpawn {
+        helper: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{helper} failed ({status}): {stderr}")]
+    HelperFailed {
+        helper: &'static str,
+        status: std::process::ExitStatus,
+        stderr: String,
+    },
+}
+
+/// One line of `/proc/PID/uid_map`: `inside outside count`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MapLine {
+    pub inside: u32,
+    pub outside: u32,
+    pub count: u32,
+}
+
+/// A subordinate id range from `/etc/subuid` or `/etc/subgid`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SubRange {
+    pub start: u32,
+    pub count: u32,
+}
+
+/// How the maps get written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MapWriter {
+    /// The parent writes `/proc/PID/{setgroups,uid_map,gid_map}` itself (root invoker, or a
+    /// single-id map of the invoker's own ids with `setgroups` denied).
+    Direct { deny_setgroups: bool },
+    /// `newuidmap`/`newgidmap` (setuid helpers) write ranges from `/etc/subuid`/`/etc/subgid`.
+    Helpers,
+}
+
+/// The decided id layout of one sandbox.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdPlan {
+    pub uid_map: Vec<MapLine>,
+    pub gid_map: Vec<MapLine>,
+    /// The sandbox user's ids inside.
+    pub sandbox_uid: u32,
+    pub sandbox_gid: u32,
+    /// `None` when root (0) is mapped inside; otherwise why it is not.
+    pub root_unavailable: Option<String>,
+    pub writer: MapWriter,
+}
+
+/// What the host offers for building maps; gathered by [`HostIds::probe`], injectable in tests.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostIds {
+    pub uid: u32,
+    pub gid: u32,
+    pub user_name: String,
+    pub subuid: Option<SubRange>,
+    pub subgid: Option<SubRange>,
+    /// Whether both `newuidmap` and `newgidmap` exist.
+    pub helpers: bool,
+}
+
+impl HostIds {
+    /// Reads `/etc/subuid`, `/etc/subgid` and looks for the map helpers on the standard paths.
+    pub fn probe(uid: u32, gid: u32, user_name: &str) -> Self {
+        let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
+        Self {
+            uid,
+            gid,
+            user_name: user_name.to_owned(),
+            subuid: find_subrange(&read("/etc/subuid"), user_name, uid),
+            subgid: find_subrange(&read("/etc/subgid"), user_name, uid),
+            helpers: helper_path("newuidmap").is_some() && helper_path("newgidmap").is_some(),
+        }
+    }
+}
+
+/// Finds the first range for `name` (or the numeric `uid`) in a subuid/subgid file's text.
+pub fn find_subrange(text: &str, name: &str, uid: u32) -> Option<SubRange> {
+    let uid_s = uid.to_string();
+    text.lines().find_map(|line| {
+        let mut parts = line.trim().split(':');
+        let (owner, start, count) = (parts.next()?, parts.next()?, parts.next()?);
+        if parts.next().is_some() || (owner != name && owner != uid_s) {
+            return None;
+        }
+        let range = SubRange {
+            start: start.parse().ok()?,
+            count: count.parse().ok()?,
+        };
+        (range.count > 0).then_some(range)
+    })
+}
+
+/// Where a map helper lives, if anywhere on the fixed system paths (never `$PATH`: a setuid
+/// helper is looked up where the distribution installs it).
+pub fn helper_path(name: &str) -> Option<PathBuf> {
+    ["/usr/bin", "/bin", "/usr/sbin", "/sbin"]
+        .iter()
+        .map(|d| Path::new(d).join(name))
+        .find(|p| p.is_file())
+}
+
+/// Decides the id layout for `host` (see the module docs for the rules).
+pub fn plan(host: &HostIds) -> IdPlan {
+    if host.uid == 0 {
+        let sub = |r: Option<SubRange>| match r {
+            Some(r) if r.count >= MAP_SIZE => r.start,
+            _ => ROOT_INVOKER_BASE,
+        };
+        let id = ROOT_INVOKER_SANDBOX_ID;
+        return IdPlan {
+            uid_map: split_map(id, host.uid, sub(host.subuid), MAP_SIZE),
+            gid_map: split_map(id, host.gid, sub(host.subgid), MAP_SIZE),
+            sandbox_uid: id,
+            sandbox_gid: id,
+            root_unavailable: None,
+            writer: MapWriter::Direct {
+                deny_setgroups: false,
+            },
+        };
+    }
+    let single = |reason: String| IdPlan {
+        uid_map: vec![line(host.uid, host.uid, 1)],
+        gid_map: vec![line(host.gid, host.gid, 1)],
+        sandbox_uid: host.uid,
+        sandbox_gid: host.gid,
+        root_unavailable: Some(reason),
+        writer: MapWriter::Direct {
+            deny_setgroups: true,
+        },
+    };
+    let (Some(su), Some(sg)) = (host.subuid, host.subgid) else {
+        return single(format!(
+            "user {} has no subordinate id range in /etc/subuid and /etc/subgid \
+             (add one, e.g. `usermod --add-subuids 100000-165535 --add-subgids 100000-165535 {}`)",
+            host.user_name, host.user_name
+        ));
+    };
+    if !host.helpers {
+        return single(
+            "newuidmap/newgidmap are not installed (install the `uidmap` package)".to_owned(),
+        );
+    }
+    IdPlan {
+        uid_map: subrange_map(host.uid, su),
+        gid_map: subrange_map(host.gid, sg),
+        sandbox_uid: host.uid,
+        sandbox_gid: host.gid,
+        root_unavailable: None,
+        writer: MapWriter::Helpers,
+    }
+}
+
+fn line(inside: u32, outside: u32, count: u32) -> MapLine {
+    MapLine {
+        inside,
+        outside,
+        count,
+    }
+}
+
+/// Root invoker: inside `0..size` maps onto `base..base+size`, except `id` which maps to `host`.
+fn split_map(id: u32, host: u32, base: u32, size: u32) -> Vec<MapLine> {
+    let mut v = vec![line(0, base, id), line(id, host, 1)];
+    if size > id + 1 {
+        v.push(line(id + 1, base + id + 1, size - id - 1));
+    }
+    v
+}
+
+/// Unprivileged invoker with a subordinate range: inside `0..count` maps onto the range, except
+/// the invoker's own id which maps to itself.
+fn subrange_map(own: u32, r: SubRange) -> Vec<MapLine> {
+    let mut v = vec![line(0, r.start, r.count.min(own))];
+    if r.count > own + 1 {
+        v.push(line(own + 1, r.start + own + 1, r.count - own - 1));
+    }
+    v.push(line(own, own, 1));
+    v
+}
+
+fn render(lines: &[MapLine]) -> String {
+    lines
+        .iter()
+        .map(|l| format!("{} {} {}\n", l.inside, l.outside, l.count))
+        .collect()
+}
+
+/// Writes the maps of process `pid` (which has just unshared its user namespace).
+pub fn write_maps(pid: u32, plan: &IdPlan) -> Result<(), IdMapError> {
+    match plan.writer {
+        MapWriter::Direct { deny_setgroups } => {
+            let proc_dir = PathBuf::from(format!("/proc/{pid}"));
+            let write = |name: &str, text: &str| {
+                let path = proc_dir.join(name);
+                std::fs::write(&path, text).map_err(|source| IdMapError::Write { path, source })
+            };
+            if deny_setgroups {
+                write("setgroups", "deny")?;
+            }
+            write("uid_map", &render(&plan.uid_map))?;
+            write("gid_map", &render(&plan.gid_map))
+        }
+        MapWriter::Helpers => {
+            run_helper("newuidmap", pid, &plan.uid_map)?;
+            run_helper("newgidmap", pid, &plan.gid_map)
+        }
+    }
+}
+
+fn run_helper(helper: &'static str, pid: u32, lines: &[MapLine]) -> Result<(), IdMapError> {
+    let path = helper_path(helper).ok_or_else(|| IdMapError::HelperSpawn {
+        helper,
+        source: std::io::Error::from(std::io::ErrorKind::NotFound),
+    })?;
+    let mut cmd = Command::new(path);
+    cmd.arg(pid.to_string()).env_clear();
+    for l in lines {
+        cmd.args([
+            l.inside.to_string(),
+            l.outside.to_string(),
+            l.count.to_string(),
+        ]);
+    }
+    let out = cmd
+        .output()
+        .map_err(|source| IdMapError::HelperSpawn { helper, source })?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(IdMapError::HelperFailed {
+            helper,
+            status: out.status,
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn host(uid: u32, sub: Option<SubRange>, helpers: bool) -> HostIds {
+        HostIds {
+            uid,
+            gid: uid,
+            user_name: "dev".into(),
+            subuid: sub,
+            subgid: sub,
+            helpers,
+        }
+    }
+
+    fn inside_of(map: &[MapLine], outside: u32) -> Option<u32> {
+        map.iter()
+            .find(|l| outside >= l.outside && outside - l.outside < l.count)
+            .map(|l| l.inside + (outside - l.outside))
+    }
+
+    fn assert_disjoint(map: &[MapLine]) {
+        for (i, a) in map.iter().enumerate() {
+            for b in &map[i + 1..] {
+                let overlap = |x: u32, xc: u32, y: u32, yc: u32| x < y + yc && y < x + xc;
+                assert!(!overlap(a.inside, a.count, b.inside, b.count), "{map:?}");
+                assert!(!overlap(a.outside, a.count, b.outside, b.count), "{map:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn subrange_lookup_matches_name_or_uid_and_skips_others() {
+        let text = "alice:100000:65536\n1001:200000:65536\nbad line\n";
+        assert_eq!(
+            find_subrange(text, "alice", 5),
+            Some(SubRange {
+                start: 100000,
+                count: 65536
+            })
+        );
+        assert_eq!(find_subrange(text, "bob", 1001).unwrap().start, 200000);
+        assert_eq!(find_subrange(text, "carol", 7), None);
+    }
+
+    #[test]
+    fn root_invoker_never_maps_sandbox_root_to_host_root() {
+        let p = plan(&host(0, None, false));
+        assert_eq!(p.root_unavailable, None);
+        assert_eq!(p.sandbox_uid, 1000);
+        // Host root shows up inside as the (non-root) sandbox user, so workspace files it writes
+        // belong to the invoker (I5) and in-sandbox root is a subordinate id.
+        assert_eq!(inside_of(&p.uid_map, 0), Some(1000));
+        assert_eq!(inside_of(&p.uid_map, ROOT_INVOKER_BASE), Some(0));
+        assert_disjoint(&p.uid_map);
+        assert_eq!(p.uid_map.iter().map(|l| l.count).sum::<u32>(), MAP_SIZE);
+    }
+
+    #[test]
+    fn unprivileged_invoker_without_subids_gets_single_map_and_a_reason() {
+        let p = plan(&host(1234, None, true));
+        assert_eq!(p.uid_map, vec![line(1234, 1234, 1)]);
+        assert_eq!(
+            p.writer,
+            MapWriter::Direct {
+                deny_setgroups: true
+            }
+        );
+        assert!(p.root_unavailable.unwrap().contains("/etc/subuid"));
+        let sub = Some(SubRange {
+            start: 100000,
+            count: 65536,
+        });
+        let p = plan(&host(1234, sub, false));
+        assert!(p.root_unavailable.unwrap().contains("uidmap"));
+    }
+
+    #[test]
+    fn unprivileged_invoker_with_subids_maps_root_to_the_range_and_itself_to_itself() {
+        let sub = Some(SubRange {
+            start: 100000,
+            count: 65536,
+        });
+        let p = plan(&host(1234, sub, true));
+        assert_eq!(p.root_unavailable, None);
+        assert_eq!(p.writer, MapWriter::Helpers);
+        assert_eq!(inside_of(&p.uid_map, 1234), Some(1234));
+        assert_eq!(inside_of(&p.uid_map, 100000), Some(0));
+        assert_eq!(
+            inside_of(&p.uid_map, 0),
+            None,
+            "host root must stay unmapped"
+        );
+        assert_disjoint(&p.uid_map);
+    }
+
+    #[test]
+    fn map_text_is_one_line_per_range() {
+        assert_eq!(
+            render(&[line(0, 5, 1), line(1, 9, 2)]),
+            "0 5 1\n1 9 2\n".to_owned()
+        );
+    }
+}

@@ -1,0 +1,224 @@
+//! The init stage: `airlock __init`, exec'd by the host before any namespace exists, so the
+//! guest runs the host's binary and never depends on the image's libc.
+//!
+//! Order of operations (see also `bootstrap.rs` for the handshake):
+//! 1. `PR_SET_PDEATHSIG(SIGKILL)`, then check the parent is still the airlock that started us
+//!    (it may have died before the prctl). Close every descriptor but the three protocol ones
+//!    (I7: descriptors leaked into airlock by its caller end here).
+//! 2. Read the bootstrap message, then `unshare` user, mount, pid, net, uts and ipc namespaces.
+//!    The user namespace is unshared in the same call, always, also for root (I1).
+//! 3. Tell the host `unshared`; it writes the id maps (it may: it is the parent, in the parent
+//!    namespace) and moves us into the sandbox's cgroup; wait for `mapped`.
+//! 4. Become root of the new user namespace when a root identity exists (so the files we create
+//!    belong to it), then unshare the cgroup namespace (after joining the cgroup, so its root is
+//!    the sandbox's own cgroup).
+//! 5. Fork: the child is PID 1 of the new PID namespace. The intermediate reports PID 1's host
+//!    pid, waits for it and exits with its status; being killed (its own PDEATHSIG) kills PID 1
+//!    through PID 1's PDEATHSIG, which tears down the whole PID namespace.
+//! 6. PID 1: PDEATHSIG again (and a parent-liveness check through a pipe, since `getppid` is 0
+//!    across a PID namespace), non-dumpable (I7: sandbox processes cannot open `/proc/1/*` or
+//!    ptrace it), rootfs and `pivot_root`, hostname, loopback up, `ready`, then the caller runs
+//!    the guest with the returned [`Handoff`].
+
+use std::os::fd::OwnedFd;
+use std::os::unix::net::UnixStream;
+
+use nix::sched::{unshare, CloneFlags};
+use rustix::process::{set_parent_process_death_signal, Signal};
+use thiserror::Error;
+
+use crate::bootstrap::{Bootstrap, BootstrapError, Sync, CONTROL_FD, FIRST_UNUSED_FD, SYNC_FD};
+use crate::rootfs::{self, RootfsError};
+use crate::spec::SandboxSpec;
+use crate::sys::fd::{close_all_from, take_inherited};
+use crate::sys::fork::{fork_single_threaded, Forked};
+
+#[derive(Debug, Error)]
+pub enum InitError {
+    #[error("{syscall} failed: {source}")]
+    Syscall {
+        syscall: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the airlock process that started this sandbox is gone")]
+    ParentGone,
+    #[error(transparent)]
+    Bootstrap(#[from] BootstrapError),
+    #[error(transparent)]
+    Rootfs(#[from] RootfsError),
+    #[error("the per-epoch key is malformed")]
+    BadKey,
+}
+
+/// What PID 1 hands to the guest once the sandbox is built.
+#[derive(Debug)]
+pub struct Handoff {
+    /// The guest end of the control socketpair.
+    pub control: OwnedFd,
+    /// The per-epoch key.
+    pub key: [u8; crate::bootstrap::KEY_LEN],
+    pub spec: SandboxSpec,
+    pub sandbox_uid: u32,
+    pub sandbox_gid: u32,
+    /// Whether a root identity exists inside (`exec --root` can be served).
+    pub root_mapped: bool,
+}
+
+fn sys<T, E: Into<std::io::Error>>(syscall: &'static str, r: Result<T, E>) -> Result<T, InitError> {
+    r.map_err(|e| InitError::Syscall {
+        syscall,
+        source: e.into(),
+    })
+}
+
+/// Runs the init stage. Returns only in PID 1, with the sandbox built and entered; the
+/// intermediate process exits inside this function. On error, the caller reports it and exits
+/// non-zero; the error has already been sent to the host when the handshake was up.
+pub fn run() -> Result<Handoff, InitError> {
+    sys(
+        "prctl(PR_SET_PDEATHSIG)",
+        set_parent_process_death_signal(Some(Signal::KILL)),
+    )?;
+    sys("close_range", close_all_from(FIRST_UNUSED_FD))?;
+    let sync_stream = UnixStream::from(take_inherited(SYNC_FD));
+    let control = take_inherited(CONTROL_FD);
+    let mut sync = Sync::new(sync_stream)?;
+    match prepare(&mut sync, control) {
+        Ok(handoff) => Ok(handoff),
+        Err(e) => {
+            let _ = sync.send(&format!("error {e}"));
+            Err(e)
+        }
+    }
+}
+
+fn prepare(sync: &mut Sync, control: OwnedFd) -> Result<Handoff, InitError> {
+    let boot = Bootstrap::read_inherited()?;
+    if rustix::process::getppid().map(|p| p.as_raw_nonzero().get() as u32) != Some(boot.host_pid) {
+        return Err(InitError::ParentGone);
+    }
+    let key = decode_key(&boot.key_hex)?;
+
+    // 2. Every namespace but cgroup (joined after the host moved us into our cgroup).
+    let flags = CloneFlags::CLONE_NEWUSER
+        | CloneFlags::CLONE_NEWNS
+        | CloneFlags::CLONE_NEWPID
+        | CloneFlags::CLONE_NEWNET
+        | CloneFlags::CLONE_NEWUTS
+        | CloneFlags::CLONE_NEWIPC;
+    sys("unshare", unshare(flags))?;
+
+    // 3. Maps and cgroup are done by the host.
+    sync.send("unshared")?;
+    sync.expect("mapped")?;
+
+    // 4. Identity for setup, then the cgroup namespace.
+    if boot.root_mapped {
+        sys(
+            "setresgid",
+            rustix::thread::set_thread_res_gid(root_gid(), root_gid(), root_gid()),
+        )?;
+        sys(
+            "setresuid",
+            rustix::thread::set_thread_res_uid(root_uid(), root_uid(), root_uid()),
+        )?;
+    }
+    sys(
+        "unshare(CLONE_NEWCGROUP)",
+        unshare(CloneFlags::CLONE_NEWCGROUP),
+    )?;
+
+    // 5. PID 1 is our child.
+    let (alive_r, alive_w) = sys(
+        "pipe",
+        rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC),
+    )?;
+    match sys("fork", fork_single_threaded())? {
+        Forked::Parent { child } => {
+            drop(alive_r);
+            drop(control);
+            sync.send(&format!("pid1 {child}"))?;
+            intermediate_wait(child, alive_w)
+        }
+        Forked::Child => {
+            drop(alive_w);
+            pid1_setup(sync, &boot, alive_r)?;
+            Ok(Handoff {
+                control,
+                key,
+                sandbox_uid: boot.sandbox_uid,
+                sandbox_gid: boot.sandbox_gid,
+                root_mapped: boot.root_mapped,
+                spec: boot.spec,
+            })
+        }
+    }
+}
+
+/// The intermediate process: waits for PID 1 and exits with its status (never returns).
+fn intermediate_wait(child: libc::pid_t, _alive: OwnedFd) -> ! {
+    let pid = nix::unistd::Pid::from_raw(child);
+    let code = loop {
+        match nix::sys::wait::waitpid(pid, None) {
+            Ok(nix::sys::wait::WaitStatus::Exited(_, code)) => break code,
+            Ok(nix::sys::wait::WaitStatus::Signaled(_, sig, _)) => break 128 + sig as i32,
+            Ok(_) | Err(nix::errno::Errno::EINTR) => continue,
+            Err(_) => break 70,
+        }
+    };
+    std::process::exit(code)
+}
+
+fn pid1_setup(sync: &mut Sync, boot: &Bootstrap, alive: OwnedFd) -> Result<(), InitError> {
+    sys(
+        "prctl(PR_SET_PDEATHSIG)",
+        set_parent_process_death_signal(Some(Signal::KILL)),
+    )?;
+    // The intermediate holds the write end; if it already died, the pipe reports hang-up.
+    let mut fds = [rustix::event::PollFd::new(
+        &alive,
+        rustix::event::PollFlags::IN,
+    )];
+    let ready = sys(
+        "poll",
+        rustix::event::poll(&mut fds, Some(&rustix::event::Timespec::default())),
+    )?;
+    if ready > 0 {
+        return Err(InitError::ParentGone);
+    }
+    drop(alive);
+    sys(
+        "prctl(PR_SET_DUMPABLE)",
+        rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable),
+    )?;
+    rootfs::build(boot)?;
+    sys(
+        "sethostname",
+        rustix::system::sethostname(boot.spec.hostname.as_bytes()),
+    )?;
+    sys("SIOCSIFFLAGS(lo)", crate::sys::net::set_interface_up("lo"))?;
+    sync.send("ready")?;
+    Ok(())
+}
+
+fn root_uid() -> rustix::process::Uid {
+    rustix::process::Uid::ROOT
+}
+
+fn root_gid() -> rustix::process::Gid {
+    rustix::process::Gid::ROOT
+}
+
+fn decode_key(hex_key: &str) -> Result<[u8; crate::bootstrap::KEY_LEN], InitError> {
+    let bytes: Vec<u8> = (0..hex_key.len())
+        .step_by(2)
+        .map(|i| {
+            hex_key
+                .get(i..i + 2)
+                .and_then(|b| u8::from_str_radix(b, 16).ok())
+        })
+        .collect::<Option<_>>()
+        .ok_or(InitError::BadKey)?;
+    bytes.try_into().map_err(|_| InitError::BadKey)
+}

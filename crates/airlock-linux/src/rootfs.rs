@@ -1,0 +1,384 @@
+//! Assembles the sandbox's root filesystem from an allowlist (PRODUCT I2, I3) and pivots into it.
+//!
+//! Runs in PID 1 of the new namespaces, before `pivot_root`, with full capabilities of the
+//! sandbox's user namespace. Order of operations (each step depends on the previous ones):
+//! 1. Make every inherited mount private, so nothing mounted here propagates to the host.
+//! 2. Mount a scratch tmpfs on the host-provided empty directory; it holds the overlay upper and
+//!    work directories and the generated files. A second tmpfs inside it becomes the new root.
+//!    Both live only in this mount namespace: when the sandbox's last process exits, they vanish.
+//! 3. The image: for `host`, each allowlisted top-level entry is recreated as the symlink the
+//!    host has, or as an overlay with the host directory as lower layer; nothing else of the host
+//!    root is reachable. Overlays use `userxattr` (we are always in a user namespace).
+//! 4. Masks inside `/etc` (before anything can read them): shadow files and SSH host keys are
+//!    covered by an empty read-only file, secret directories by an empty read-only tmpfs,
+//!    `machine-id` by a fresh one, `passwd`/`group`/`hosts`/`hostname` by generated files.
+//! 5. Empty top-level directories, then `$HOME` (the sandbox's own, at the host path), then
+//!    workspaces and mounts in depth order (parents first), each bind remounted `nosuid,nodev`
+//!    and `ro` when read-only.
+//! 6. `/dev` (device nodes bind-mounted from the host, a private devpts, shm), then `/proc`
+//!    (masked and partly read-only, after `/dev` because masks bind `/dev/null`), `/sys` ro.
+//! 7. `pivot_root` into the new root and detach the old one; from here on no host path exists.
+//!
+//! Any failure aborts the start: a sandbox with a missing mask is never run (partial
+//! enforcement is failure).
+
+use std::fs;
+use std::os::unix::fs::{symlink, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use nix::mount::{mount, umount2, MntFlags, MsFlags};
+use thiserror::Error;
+
+use crate::bootstrap::Bootstrap;
+use crate::spec::{Image, Mapping};
+
+mod devproc;
+mod etc;
+
+#[derive(Debug, Error)]
+pub enum RootfsError {
+    #[error("cannot mount {fstype} on {target}: {source}")]
+    Mount {
+        fstype: &'static str,
+        target: PathBuf,
+        #[source]
+        source: nix::Error,
+    },
+    #[error("cannot bind-mount {src} on {target}: {source}")]
+    Bind {
+        src: PathBuf,
+        target: PathBuf,
+        #[source]
+        source: nix::Error,
+    },
+    #[error("cannot remount {target} ({what}): {source}")]
+    Remount {
+        target: PathBuf,
+        what: &'static str,
+        #[source]
+        source: nix::Error,
+    },
+    #[error("cannot create {path}: {source}")]
+    Create {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot inspect {path}: {source}")]
+    Inspect {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the path {path} cannot be used as an overlay layer (it contains ',', ':' or '\\')")]
+    UnsafeLayerPath { path: PathBuf },
+    #[error("pivot_root into {new_root} failed: {source}")]
+    PivotRoot {
+        new_root: PathBuf,
+        #[source]
+        source: nix::Error,
+    },
+    #[error("the mapping target {path} must be an absolute path without '..'")]
+    BadTarget { path: PathBuf },
+}
+
+/// Top-level host entries the `host` image exposes (I2). Everything else stays invisible.
+const HOST_IMAGE_ENTRIES: &[&str] = &[
+    "usr", "etc", "opt", "bin", "sbin", "lib", "lib32", "lib64", "libx32",
+];
+/// Top-level directories that start empty (I2).
+const EMPTY_DIRS: &[(&str, u32)] = &[
+    ("home", 0o755),
+    ("root", 0o700),
+    ("var", 0o755),
+    ("var/tmp", 0o1777),
+    ("srv", 0o755),
+    ("mnt", 0o755),
+    ("media", 0o755),
+    ("run", 0o755),
+    ("tmp", 0o1777),
+    ("proc", 0o555),
+    ("sys", 0o555),
+    ("dev", 0o755),
+];
+
+/// Builds the root filesystem described by `boot` and pivots into it (steps 1–7 above).
+pub fn build(boot: &Bootstrap) -> Result<(), RootfsError> {
+    // 1. No propagation back to the host (or from it: later host mounts stay invisible).
+    mount_raw(
+        None,
+        "/",
+        None,
+        MsFlags::MS_REC | MsFlags::MS_PRIVATE,
+        None,
+        "rprivate",
+    )?;
+
+    // 2. Scratch space and the new root.
+    let scratch = boot.scratch_dir.clone();
+    let tmpfs_flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
+    mount_raw(
+        Some("airlock"),
+        &scratch,
+        Some("tmpfs"),
+        tmpfs_flags,
+        Some("mode=0700"),
+        "tmpfs",
+    )?;
+    let root = scratch.join("root");
+    mkdir(&root, 0o755)?;
+    mount_raw(
+        Some("airlock"),
+        &root,
+        Some("tmpfs"),
+        tmpfs_flags,
+        Some("mode=0755"),
+        "tmpfs",
+    )?;
+    let layers = Layers {
+        upper: scratch.join("upper"),
+        work: scratch.join("work"),
+    };
+    mkdir(&layers.upper, 0o755)?;
+    mkdir(&layers.work, 0o755)?;
+
+    // 3. The image.
+    match &boot.spec.image {
+        Image::Host => host_image(&root, &layers)?,
+        Image::Directory(dir) => overlay(dir, &root, &layers, "root")?,
+    }
+
+    // 4. /etc masks and generated files.
+    etc::apply(&root, &scratch, boot)?;
+
+    // 5. Empty directories, home, mappings.
+    for (dir, mode) in EMPTY_DIRS {
+        let path = root.join(dir);
+        if !path.exists() {
+            mkdir(&path, *mode)?;
+        }
+    }
+    make_home(&root, boot)?;
+    for mapping in boot.spec.mappings_in_mount_order() {
+        bind_mapping(&root, mapping)?;
+    }
+
+    // 6. /dev, /proc, /sys.
+    devproc::mount_dev(&root)?;
+    devproc::mount_proc(&root)?;
+    devproc::mount_sys(&root)?;
+
+    // 7. Enter the new root.
+    pivot_into(&root)
+}
+
+/// Where overlay upper and work directories are created.
+struct Layers {
+    upper: PathBuf,
+    work: PathBuf,
+}
+
+fn host_image(root: &Path, layers: &Layers) -> Result<(), RootfsError> {
+    for name in HOST_IMAGE_ENTRIES {
+        let host = Path::new("/").join(name);
+        let meta = match fs::symlink_metadata(&host) {
+            Ok(m) => m,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(source) => return Err(RootfsError::Inspect { path: host, source }),
+        };
+        let target = root.join(name);
+        if meta.file_type().is_symlink() {
+            let link = fs::read_link(&host).map_err(|source| RootfsError::Inspect {
+                path: host.clone(),
+                source,
+            })?;
+            symlink(&link, &target).map_err(|source| RootfsError::Create {
+                path: target,
+                source,
+            })?;
+        } else if meta.is_dir() {
+            mkdir(&target, 0o755)?;
+            overlay(&host, &target, layers, name)?;
+        }
+    }
+    Ok(())
+}
+
+/// Mounts an overlay of `lower` (read-only layer) with a fresh upper layer named `name`.
+fn overlay(lower: &Path, target: &Path, layers: &Layers, name: &str) -> Result<(), RootfsError> {
+    let upper = layers.upper.join(name);
+    let work = layers.work.join(name);
+    mkdir(&upper, 0o755)?;
+    mkdir(&work, 0o755)?;
+    for p in [lower, &upper, &work] {
+        if p.to_string_lossy().contains([',', ':', '\\']) {
+            return Err(RootfsError::UnsafeLayerPath {
+                path: p.to_path_buf(),
+            });
+        }
+    }
+    let opts = format!(
+        "lowerdir={},upperdir={},workdir={},userxattr",
+        lower.display(),
+        upper.display(),
+        work.display()
+    );
+    let flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
+    mount_raw(
+        Some("overlay"),
+        target,
+        Some("overlay"),
+        flags,
+        Some(&opts),
+        "overlay",
+    )
+}
+
+fn make_home(root: &Path, boot: &Bootstrap) -> Result<(), RootfsError> {
+    let home = inside(root, &boot.spec.user.home)?;
+    fs::create_dir_all(&home).map_err(|source| RootfsError::Create {
+        path: home.clone(),
+        source,
+    })?;
+    set_mode(&home, 0o700)?;
+    nix::unistd::chown(
+        &home,
+        Some(nix::unistd::Uid::from_raw(boot.sandbox_uid)),
+        Some(nix::unistd::Gid::from_raw(boot.sandbox_gid)),
+    )
+    .map_err(|e| RootfsError::Create {
+        path: home,
+        source: e.into(),
+    })
+}
+
+/// Binds one workspace or mount at its sandbox path: `nosuid,nodev`, plus `ro` when read-only.
+fn bind_mapping(root: &Path, m: &Mapping) -> Result<(), RootfsError> {
+    let target = inside(root, &m.sandbox)?;
+    fs::create_dir_all(&target).map_err(|source| RootfsError::Create {
+        path: target.clone(),
+        source,
+    })?;
+    // Not recursive: host mounts below a mapping stay invisible (only what was named is mapped).
+    bind(&m.host, &target)?;
+    let mut extra = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
+    if !m.writable {
+        extra |= MsFlags::MS_RDONLY;
+    }
+    remount_bind(&target, extra)
+}
+
+/// `root` joined with an absolute sandbox path, refusing `..` components.
+fn inside(root: &Path, path: &Path) -> Result<PathBuf, RootfsError> {
+    use std::path::Component;
+    if !path.is_absolute() || path.components().any(|c| c == Component::ParentDir) {
+        return Err(RootfsError::BadTarget {
+            path: path.to_path_buf(),
+        });
+    }
+    Ok(root.join(path.strip_prefix("/").unwrap_or(path)))
+}
+
+/// `pivot_root(".", ".")` then detach the old root, as runc does: no directory for the old root
+/// is needed and nothing of the host root stays reachable.
+fn pivot_into(root: &Path) -> Result<(), RootfsError> {
+    let err = |source| RootfsError::PivotRoot {
+        new_root: root.to_path_buf(),
+        source,
+    };
+    nix::unistd::chdir(root).map_err(err)?;
+    nix::unistd::pivot_root(".", ".").map_err(err)?;
+    umount2(".", MntFlags::MNT_DETACH).map_err(err)?;
+    nix::unistd::chdir("/").map_err(err)
+}
+
+// ---- small helpers shared by the submodules ----
+
+fn mount_raw<P: AsRef<Path>>(
+    source: Option<&str>,
+    target: P,
+    fstype: Option<&'static str>,
+    flags: MsFlags,
+    data: Option<&str>,
+    what: &'static str,
+) -> Result<(), RootfsError> {
+    let target = target.as_ref();
+    mount(source, target, fstype, flags, data).map_err(|source| RootfsError::Mount {
+        fstype: fstype.unwrap_or(what),
+        target: target.to_path_buf(),
+        source,
+    })
+}
+
+fn bind(src: &Path, target: &Path) -> Result<(), RootfsError> {
+    mount(
+        Some(src),
+        target,
+        None::<&str>,
+        MsFlags::MS_BIND,
+        None::<&str>,
+    )
+    .map_err(|source| RootfsError::Bind {
+        src: src.to_path_buf(),
+        target: target.to_path_buf(),
+        source,
+    })
+}
+
+/// Remounts the bind mount at `target` adding `extra`, keeping the flags it already has (in a
+/// user namespace the kernel refuses to clear flags locked by a more privileged namespace).
+fn remount_bind(target: &Path, extra: MsFlags) -> Result<(), RootfsError> {
+    use nix::sys::statvfs::{statvfs, FsFlags};
+    let current = statvfs(target).map_err(|source| RootfsError::Remount {
+        target: target.to_path_buf(),
+        what: "statvfs",
+        source,
+    })?;
+    let f = current.flags();
+    let mut flags = MsFlags::MS_BIND | MsFlags::MS_REMOUNT | extra;
+    for (st, ms) in [
+        (FsFlags::ST_RDONLY, MsFlags::MS_RDONLY),
+        (FsFlags::ST_NOSUID, MsFlags::MS_NOSUID),
+        (FsFlags::ST_NODEV, MsFlags::MS_NODEV),
+        (FsFlags::ST_NOEXEC, MsFlags::MS_NOEXEC),
+        (FsFlags::ST_NOATIME, MsFlags::MS_NOATIME),
+        (FsFlags::ST_NODIRATIME, MsFlags::MS_NODIRATIME),
+        (FsFlags::ST_RELATIME, MsFlags::MS_RELATIME),
+    ] {
+        if f.contains(st) {
+            flags |= ms;
+        }
+    }
+    mount(None::<&str>, target, None::<&str>, flags, None::<&str>).map_err(|source| {
+        RootfsError::Remount {
+            target: target.to_path_buf(),
+            what: "bind flags",
+            source,
+        }
+    })
+}
+
+fn mkdir(path: &Path, mode: u32) -> Result<(), RootfsError> {
+    fs::create_dir(path).map_err(|source| RootfsError::Create {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    set_mode(path, mode)
+}
+
+fn set_mode(path: &Path, mode: u32) -> Result<(), RootfsError> {
+    fs::set_permissions(path, fs::Permissions::from_mode(mode)).map_err(|source| {
+        RootfsError::Create {
+            path: path.to_path_buf(),
+            source,
+        }
+    })
+}
+
+fn write_file(path: &Path, content: &[u8], mode: u32) -> Result<(), RootfsError> {
+    fs::write(path, content).map_err(|source| RootfsError::Create {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    set_mode(path, mode)
+}

@@ -1,0 +1,131 @@
+//! `/dev`, `/proc` and `/sys` of the sandbox (PRODUCT I4).
+//!
+//! `/dev` is a tmpfs with only harmless device nodes bind-mounted from the host (device nodes
+//! cannot be created in a user namespace), a private devpts instance (so sandbox PTYs are not
+//! the host's, and host terminals are not reachable), and a tmpfs `/dev/shm`.
+//! `/proc` is a fresh instance for the new PID namespace, with the masks runc applies: files
+//! that leak host kernel state or allow host-wide actions are covered by `/dev/null`, host-wide
+//! directories by an empty read-only tmpfs, and kernel tunables are read-only.
+//! `/sys` is a fresh read-only sysfs (it shows the sandbox's network namespace only).
+
+use std::fs;
+use std::os::unix::fs::symlink;
+use std::path::Path;
+
+use nix::mount::MsFlags;
+
+use super::{bind, mkdir, mount_raw, remount_bind, write_file, RootfsError};
+
+const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
+const DEV_LINKS: &[(&str, &str)] = &[
+    ("ptmx", "pts/ptmx"),
+    ("fd", "/proc/self/fd"),
+    ("stdin", "/proc/self/fd/0"),
+    ("stdout", "/proc/self/fd/1"),
+    ("stderr", "/proc/self/fd/2"),
+];
+/// Files in `/proc` covered by `/dev/null`.
+const PROC_MASKED_FILES: &[&str] = &[
+    "kcore",
+    "keys",
+    "timer_list",
+    "sysrq-trigger",
+    "latency_stats",
+    "timer_stats",
+    "sched_debug",
+];
+/// Directories in `/proc` replaced by an empty read-only tmpfs.
+const PROC_MASKED_DIRS: &[&str] = &["acpi", "scsi"];
+/// Directories in `/proc` made read-only.
+const PROC_READ_ONLY: &[&str] = &["sys", "bus", "fs", "irq"];
+
+pub(super) fn mount_dev(root: &Path) -> Result<(), RootfsError> {
+    let dev = root.join("dev");
+    let flags = MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC;
+    mount_raw(
+        Some("airlock-dev"),
+        &dev,
+        Some("tmpfs"),
+        flags,
+        Some("mode=0755"),
+        "tmpfs",
+    )?;
+    for name in DEVICES {
+        let target = dev.join(name);
+        write_file(&target, b"", 0o666)?;
+        bind(&Path::new("/dev").join(name), &target)?;
+    }
+    let pts = dev.join("pts");
+    mkdir(&pts, 0o755)?;
+    mount_raw(
+        Some("devpts"),
+        &pts,
+        Some("devpts"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC,
+        Some("newinstance,ptmxmode=0666,mode=0620"),
+        "devpts",
+    )?;
+    let shm = dev.join("shm");
+    mkdir(&shm, 0o1777)?;
+    let shm_flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
+    mount_raw(
+        Some("shm"),
+        &shm,
+        Some("tmpfs"),
+        shm_flags,
+        Some("mode=1777"),
+        "tmpfs",
+    )?;
+    for (name, target) in DEV_LINKS {
+        let path = dev.join(name);
+        symlink(target, &path).map_err(|source| RootfsError::Create { path, source })?;
+    }
+    Ok(())
+}
+
+pub(super) fn mount_proc(root: &Path) -> Result<(), RootfsError> {
+    let proc_dir = root.join("proc");
+    let flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
+    mount_raw(Some("proc"), &proc_dir, Some("proc"), flags, None, "proc")?;
+    let null = root.join("dev/null");
+    for name in PROC_MASKED_FILES {
+        let path = proc_dir.join(name);
+        if fs::symlink_metadata(&path).is_ok() {
+            bind(&null, &path)?;
+        }
+    }
+    for name in PROC_MASKED_DIRS {
+        let path = proc_dir.join(name);
+        if path.is_dir() {
+            let ro = MsFlags::MS_RDONLY | flags;
+            mount_raw(
+                Some("airlock-mask"),
+                &path,
+                Some("tmpfs"),
+                ro,
+                None,
+                "tmpfs",
+            )?;
+        }
+    }
+    for name in PROC_READ_ONLY {
+        let path = proc_dir.join(name);
+        if path.is_dir() {
+            bind(&path, &path)?;
+            remount_bind(&path, MsFlags::MS_RDONLY | flags)?;
+        }
+    }
+    Ok(())
+}
+
+pub(super) fn mount_sys(root: &Path) -> Result<(), RootfsError> {
+    let flags = MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
+    mount_raw(
+        Some("sysfs"),
+        root.join("sys"),
+        Some("sysfs"),
+        flags,
+        None,
+        "sysfs",
+    )
+}

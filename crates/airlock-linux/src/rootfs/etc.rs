@@ -1,0 +1,158 @@
+//! Masks and generated files inside the sandbox's `/etc` (PRODUCT I2).
+//!
+//! Masks are mounts over the overlay's merged view: an empty read-only file over a secret file,
+//! an empty read-only tmpfs over a secret directory. Sandbox processes cannot remove them:
+//! mounting and unmounting is denied by the seccomp filter and by the dropped capabilities.
+//! Generated files (`passwd`, `group`, `hosts`, `hostname`, `machine-id`) are bind mounts of
+//! files in the scratch tmpfs, so they never touch the host and need no write access to the
+//! (possibly `nobody`-owned) lower layer.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use nix::mount::MsFlags;
+
+use super::{bind, mount_raw, remount_bind, write_file, RootfsError};
+use crate::bootstrap::Bootstrap;
+
+/// Secret files under `/etc`, masked when present.
+const SECRET_FILES: &[&str] = &["shadow", "shadow-", "gshadow", "gshadow-"];
+/// Secret directories under `/etc`, replaced by an empty read-only tmpfs when present.
+const SECRET_DIRS: &[&str] = &["ssl/private", "NetworkManager/system-connections"];
+
+pub(super) fn apply(root: &Path, scratch: &Path, boot: &Bootstrap) -> Result<(), RootfsError> {
+    let etc = root.join("etc");
+    if !etc.is_dir() {
+        return Ok(());
+    }
+    let empty = scratch.join("empty");
+    write_file(&empty, b"", 0o444)?;
+    for name in SECRET_FILES {
+        mask_file(&etc.join(name), &empty)?;
+    }
+    for key in ssh_host_keys(&etc.join("ssh"))? {
+        mask_file(&key, &empty)?;
+    }
+    for dir in SECRET_DIRS {
+        let path = etc.join(dir);
+        if path.is_dir() {
+            let flags = MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
+            mount_raw(
+                Some("airlock-mask"),
+                &path,
+                Some("tmpfs"),
+                flags,
+                Some("mode=0700"),
+                "tmpfs",
+            )?;
+        }
+    }
+    let generated = [
+        ("machine-id", machine_id()?),
+        ("passwd", passwd(boot)),
+        ("group", group(boot)),
+        ("hostname", format!("{}\n", boot.spec.hostname)),
+        ("hosts", hosts(&boot.spec.hostname)),
+    ];
+    for (name, content) in generated {
+        let src = scratch.join(format!("etc-{name}"));
+        write_file(&src, content.as_bytes(), 0o644)?;
+        let target = etc.join(name);
+        if target.exists() {
+            bind(&src, &target)?;
+        }
+    }
+    Ok(())
+}
+
+fn mask_file(path: &Path, empty: &Path) -> Result<(), RootfsError> {
+    if fs::symlink_metadata(path).is_err() {
+        return Ok(());
+    }
+    bind(empty, path)?;
+    remount_bind(
+        path,
+        MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+    )
+}
+
+/// `/etc/ssh/ssh_host_*` (private and public keys; the public ones identify the host too).
+fn ssh_host_keys(dir: &Path) -> Result<Vec<PathBuf>, RootfsError> {
+    let entries = match fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(source) => {
+            return Err(RootfsError::Inspect {
+                path: dir.to_path_buf(),
+                source,
+            })
+        }
+    };
+    let mut keys = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|source| RootfsError::Inspect {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+        if entry.file_name().to_string_lossy().starts_with("ssh_host_") {
+            keys.push(entry.path());
+        }
+    }
+    Ok(keys)
+}
+
+/// A fresh 128-bit id, as systemd writes it (32 lowercase hex digits and a newline).
+fn machine_id() -> Result<String, RootfsError> {
+    let mut bytes = [0u8; 16];
+    getrandom::getrandom(&mut bytes).map_err(|e| RootfsError::Create {
+        path: PathBuf::from("/etc/machine-id"),
+        source: std::io::Error::other(e.to_string()),
+    })?;
+    Ok(format!("{}\n", hex_lower(&bytes)))
+}
+
+fn hex_lower(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The sandbox user's name: the invoker's, except that a root invoker's sandbox user (a
+/// non-root uid) cannot be called `root`.
+pub(crate) fn sandbox_user_name(boot: &Bootstrap) -> String {
+    if boot.spec.user.name == "root" || boot.spec.user.name.is_empty() {
+        "airlock".to_owned()
+    } else {
+        boot.spec.user.name.clone()
+    }
+}
+
+fn shell() -> &'static str {
+    if Path::new("/bin/bash").exists() {
+        "/bin/bash"
+    } else {
+        "/bin/sh"
+    }
+}
+
+fn passwd(boot: &Bootstrap) -> String {
+    format!(
+        "root:x:0:0:root:/root:{sh}\n{name}:x:{uid}:{gid}:{name}:{home}:{sh}\n\
+         nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
+        sh = shell(),
+        name = sandbox_user_name(boot),
+        uid = boot.sandbox_uid,
+        gid = boot.sandbox_gid,
+        home = boot.spec.user.home.display(),
+    )
+}
+
+fn group(boot: &Bootstrap) -> String {
+    format!(
+        "root:x:0:\n{name}:x:{gid}:\nnogroup:x:65534:\n",
+        name = sandbox_user_name(boot),
+        gid = boot.sandbox_gid,
+    )
+}
+
+fn hosts(hostname: &str) -> String {
+    format!("127.0.0.1\tlocalhost {hostname}\n::1\tlocalhost ip6-localhost ip6-loopback\n")
+}

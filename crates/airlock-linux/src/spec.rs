@@ -1,0 +1,89 @@
+//! [`SandboxSpec`]: the plain value the backend is handed.
+//!
+//! Invariant: this crate makes no policy decisions. Whoever builds a spec (the CLI from the
+//! validated configuration) has already decided which workspaces, mounts, limits and identities a
+//! sandbox gets; the runtime executes exactly that and refuses to start when it cannot.
+//! The spec crosses a process boundary (host → `airlock __init`) as JSON over an inherited pipe.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+/// The root filesystem a sandbox starts from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind", content = "path")]
+pub enum Image {
+    /// The host's system directories (`/usr`, `/etc`, `/opt`, `/bin`, `/sbin`, `/lib*`) as
+    /// overlay lower layers with a per-sandbox upper layer (PRODUCT I2).
+    Host,
+    /// A directory holding a complete root filesystem, used as the single lower layer.
+    Directory(PathBuf),
+}
+
+/// A host directory mapped into the sandbox.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Mapping {
+    /// Absolute, canonical host path (validated by the caller).
+    pub host: PathBuf,
+    /// Absolute path inside the sandbox. Workspaces use the host path itself (PRODUCT I3).
+    pub sandbox: PathBuf,
+    /// Whether sandbox processes may write through the mapping.
+    pub writable: bool,
+}
+
+/// One resource limit and whether the user set it explicitly (config or flag). An explicit limit
+/// that cannot be enforced refuses the start; a default one is skipped with a warning.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Limit<T> {
+    pub value: T,
+    pub explicit: bool,
+}
+
+/// Resource limits (PRODUCT I8, C5). `None` means "no limit of this kind".
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Limits {
+    pub memory_mb: Option<Limit<u64>>,
+    pub pids_max: Option<Limit<u64>>,
+    pub cpus: Option<Limit<f64>>,
+}
+
+/// The invoking host user: whose files the sandbox user's files become (PRODUCT I5).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostUser {
+    pub uid: u32,
+    pub gid: u32,
+    /// Login name, used for the generated `/etc/passwd` entry.
+    pub name: String,
+    /// Absolute host home path; the sandbox gets its own empty directory at the same path (I3).
+    pub home: PathBuf,
+}
+
+/// Everything needed to build one sandbox.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SandboxSpec {
+    /// Short identifier, `[a-z0-9-]`, unique among this user's live sandboxes.
+    pub id: String,
+    pub image: Image,
+    /// Project directories, mapped read-write (usually) at their host path.
+    pub workspaces: Vec<Mapping>,
+    /// Other configured host directories (PRODUCT C3).
+    pub mounts: Vec<Mapping>,
+    pub user: HostUser,
+    pub hostname: String,
+    /// Environment every sandbox process starts from (the exec request adds to it).
+    pub env: Vec<(String, String)>,
+    pub limits: Limits,
+    /// Whether a root identity inside the sandbox's user namespace must be available (`--root`).
+    /// When the host cannot provide one, the start is refused with the reason.
+    pub require_root: bool,
+}
+
+impl SandboxSpec {
+    /// Every mapping, workspaces first, ordered so that a parent directory is mounted before any
+    /// mapping nested inside it.
+    pub fn mappings_in_mount_order(&self) -> Vec<&Mapping> {
+        let mut all: Vec<&Mapping> = self.workspaces.iter().chain(self.mounts.iter()).collect();
+        all.sort_by_key(|m| m.sandbox.components().count());
+        all
+    }
+}

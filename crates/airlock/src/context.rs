@@ -5,7 +5,9 @@
 
 use std::ffi::OsString;
 use std::io::IsTerminal;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+
+use airlock_config::Roots;
 
 use crate::error::{CommandError, ErrorKind};
 
@@ -40,4 +42,27 @@ impl Context {
     pub fn var(&self, name: &str) -> Option<OsString> {
         std::env::var_os(name)
     }
+
+    /// airlock's per-user roots, resolved from the environment. Creates nothing.
+    pub fn roots(&self) -> Result<Roots, CommandError> {
+        Ok(Roots::from_env(|k| std::env::var_os(k))?)
+    }
+}
+
+/// Creates `dir` (one of airlock's roots) as a private 0700 directory, verifying every
+/// component below its anchor: `$HOME` when `dir` lies beneath it, else the XDG base directory
+/// the root was derived from (created with default permissions if missing, like any XDG base).
+pub fn ensure_root(roots: &Roots, dir: &Path) -> Result<(), CommandError> {
+    let anchor = if dir.starts_with(&roots.home) {
+        roots.home.clone()
+    } else {
+        let base = dir.parent().unwrap_or(Path::new("/")).to_path_buf();
+        std::fs::create_dir_all(&base).map_err(|e| {
+            CommandError::internal("dir.io", format!("cannot create {}: {e}", base.display()))
+                .with_hint("check the permissions of that directory")
+        })?;
+        base
+    };
+    airlock_core::ensure_private_dir(dir, &anchor)?;
+    Ok(())
 }

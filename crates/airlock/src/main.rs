@@ -11,8 +11,10 @@
 mod cli;
 mod commands;
 mod context;
+mod create_new;
 mod error;
 mod guest_entry;
+mod lib_errors;
 mod output;
 
 use std::ffi::OsString;

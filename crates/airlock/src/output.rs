@@ -33,18 +33,9 @@ pub fn escape_untrusted(s: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
-/// [`escape_untrusted`] for a path; bytes that are not UTF-8 are shown as `\xNN`.
-pub fn escape_path(path: &Path) -> String {
-    let mut out = String::new();
-    for chunk in path.as_os_str().as_encoded_bytes().utf8_chunks() {
-        for c in chunk.valid().chars() {
-            push_escaped(&mut out, c);
-        }
-        for b in chunk.invalid() {
-            let _ = write!(out, "\\x{b:02x}");
-        }
-    }
-    out
+/// A path as text for a [`Doc`] span (which escapes it); bytes that are not UTF-8 become U+FFFD.
+pub fn path_text(path: &Path) -> String {
+    path.to_string_lossy().into_owned()
 }
 
 fn needs_escape(c: char) -> bool {
@@ -154,10 +145,6 @@ impl Doc {
             spans: escape_spans(spans),
         });
         self
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.lines.is_empty()
     }
 
     /// Renders the document; `color` adds SGR sequences around styled spans.
@@ -304,7 +291,6 @@ impl Printer {
 mod tests {
     use super::*;
     use std::ffi::OsStr;
-    use std::os::unix::ffi::OsStrExt;
 
     #[test]
     fn escape_untrusted_neutralises_terminal_escape_sequences() {
@@ -342,12 +328,6 @@ mod tests {
     fn escape_untrusted_leaves_ordinary_text_alone() {
         let s = "/home/ana/projects/naïve-ß 日本 $HOME";
         assert!(matches!(escape_untrusted(s), Cow::Borrowed(_)));
-    }
-
-    #[test]
-    fn escape_path_shows_invalid_utf8_as_hex() {
-        let p = Path::new(OsStr::from_bytes(b"/tmp/a\xff\x1b"));
-        assert_eq!(escape_path(p), "/tmp/a\\xff\\x1b");
     }
 
     #[test]

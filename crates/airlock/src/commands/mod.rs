@@ -11,11 +11,26 @@ use crate::context::Context;
 use crate::error::CommandError;
 use crate::output::Doc;
 
+pub mod config;
 pub mod doctor;
+pub mod init;
+pub mod plan;
+mod project;
+pub mod trust;
 pub mod version;
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
+    /// Create .airlock/config.toml at the project root (never overwrites)
+    Init(init::InitArgs),
+    /// Create or open the user config; refresh config.schema.json beside it
+    Config(config::ConfigArgs),
+    /// Validate everything and show the effective configuration with origins; changes nothing
+    Plan(plan::PlanArgs),
+    /// Trust this project's config to widen the network policy (until the file changes)
+    Trust(trust::TrustArgs),
+    /// Withdraw trust from this project's config
+    Untrust(trust::UntrustArgs),
     /// Check what this host offers for sandboxes, with the fix for anything missing
     Doctor(doctor::DoctorArgs),
     /// Print the release version, UTC build label and source revision
@@ -25,6 +40,11 @@ pub enum Command {
 /// Runs one verb.
 pub fn run(command: Command, ctx: &Context) -> Result<Report, CommandError> {
     match command {
+        Command::Init(args) => init::run(args, ctx),
+        Command::Config(args) => config::run(args, ctx),
+        Command::Plan(args) => plan::run(args, ctx),
+        Command::Trust(args) => trust::run_trust(args, ctx),
+        Command::Untrust(args) => trust::run_untrust(args, ctx),
         Command::Doctor(args) => doctor::run(args, ctx),
         Command::Version(args) => version::run(args, ctx),
     }

@@ -18,7 +18,11 @@ fn mistyped_option_exits_2_and_creates_nothing() {
     ] {
         let run = env.run_in(&project, args);
         run.assert_code(2);
-        assert!(run.stdout.is_empty(), "usage error wrote to stdout: {}", run.stdout);
+        assert!(
+            run.stdout.is_empty(),
+            "usage error wrote to stdout: {}",
+            run.stdout
+        );
         assert!(!run.stderr.is_empty(), "usage error is silent for {args:?}");
     }
     // No directory, no lock file, no state: the world is byte-identical.
@@ -39,7 +43,10 @@ fn mistyped_option_with_json_prints_exactly_the_error_document() {
     keys.sort_unstable();
     assert_eq!(keys, ["code", "hint", "message"]);
     assert_eq!(v["error"]["code"], "usage.invalid");
-    assert!(v["error"]["message"].as_str().unwrap().contains("--memroy-mb"));
+    assert!(v["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("--memroy-mb"));
     assert_eq!(before.diff(&env.snapshot()), Vec::<String>::new());
 }
 
@@ -54,8 +61,14 @@ fn help_is_a_result_on_stdout_and_lists_no_hidden_verbs() {
     let env = TestEnv::new();
     let run = env.run(&["--help"]);
     run.assert_code(0);
-    for verb in ["init", "config", "plan", "trust", "untrust", "doctor", "version"] {
-        assert!(run.stdout.contains(verb), "--help lacks {verb}:\n{}", run.stdout);
+    for verb in [
+        "init", "config", "plan", "trust", "untrust", "doctor", "version",
+    ] {
+        assert!(
+            run.stdout.contains(verb),
+            "--help lacks {verb}:\n{}",
+            run.stdout
+        );
     }
     assert!(!run.stdout.contains("guest"), "{}", run.stdout);
 }

@@ -29,7 +29,12 @@ fn is_revision(s: &str) -> bool {
 #[test]
 fn build_label_checker_rejects_malformed_labels() {
     assert!(is_build_label("2026.11.29.1835Z"));
-    for bad in ["2026.13.29.1835Z", "2026.11.29.1835", "2026-11-29.1835Z", "2026.11.29.2460Z"] {
+    for bad in [
+        "2026.13.29.1835Z",
+        "2026.11.29.1835",
+        "2026-11-29.1835Z",
+        "2026.11.29.2460Z",
+    ] {
         assert!(!is_build_label(bad), "{bad}");
     }
 }

@@ -40,7 +40,10 @@ impl Run {
     /// Parses stdout as exactly one JSON document (fails the test otherwise).
     pub fn json(&self) -> serde_json::Value {
         serde_json::from_str(&self.stdout).unwrap_or_else(|e| {
-            panic!("stdout is not one JSON document ({e}):\n{}\nstderr:\n{}", self.stdout, self.stderr)
+            panic!(
+                "stdout is not one JSON document ({e}):\n{}\nstderr:\n{}",
+                self.stdout, self.stderr
+            )
         })
     }
 
@@ -119,7 +122,10 @@ impl TestEnv {
         cmd.args(args)
             .current_dir(cwd)
             .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into()))
+            .env(
+                "PATH",
+                std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into()),
+            )
             .env("HOME", &self.home)
             .env("XDG_CONFIG_HOME", self.config_home())
             .env("XDG_STATE_HOME", self.state_home())
@@ -235,7 +241,10 @@ fn walk(root: &Path, dir: &Path, map: &mut BTreeMap<PathBuf, String>) {
         let rel = path.strip_prefix(root).expect("under root").to_owned();
         let mode = meta.mode() & 0o7777;
         let desc = if meta.file_type().is_symlink() {
-            format!("link {mode:o} -> {}", fs::read_link(&path).expect("readlink").display())
+            format!(
+                "link {mode:o} -> {}",
+                fs::read_link(&path).expect("readlink").display()
+            )
         } else if meta.is_dir() {
             walk(root, &path, map);
             format!("dir {mode:o}")
@@ -244,7 +253,11 @@ fn walk(root: &Path, dir: &Path, map: &mut BTreeMap<PathBuf, String>) {
             fs::File::open(&path)
                 .and_then(|mut f| f.read_to_end(&mut content))
                 .expect("read file");
-            format!("file {mode:o} {} {:?}", meta.mtime(), String::from_utf8_lossy(&content))
+            format!(
+                "file {mode:o} {} {:?}",
+                meta.mtime(),
+                String::from_utf8_lossy(&content)
+            )
         };
         map.insert(rel, desc);
     }

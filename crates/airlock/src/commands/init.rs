@@ -1,0 +1,89 @@
+//! `airlock init [--agent A] [--image I]`: creates `.airlock/config.toml` (PRODUCT §2, C4).
+//!
+//! The project root is the enclosing git work tree's root, else the working directory. `init`
+//! refuses — changing nothing — when the directory tree already has a project: `.airlock/` in
+//! the working directory or any ancestor (an ancestor owns the project). The directory is
+//! created with `mkdir` (fails if it appeared meanwhile) and the file with `O_EXCL`, so nothing
+//! existing is ever overwritten.
+
+use std::os::unix::fs::DirBuilderExt;
+use std::path::Path;
+
+use clap::builder::PossibleValuesParser;
+use clap::Args;
+
+use airlock_config::project::{init_root, Project, ProjectKind, PROJECT_DIR};
+
+use super::Report;
+use crate::context::Context;
+use crate::create_new::create_new;
+use crate::error::{CommandError, ErrorKind};
+use crate::output::{path_text, Doc, Style};
+
+#[derive(Args, Debug)]
+pub struct InitArgs {
+    /// Agent from the built-in catalogue that the default session runs
+    #[arg(long, value_name = "AGENT", value_parser = PossibleValuesParser::new(airlock_config::agents::names()))]
+    pub agent: Option<String>,
+    /// Root filesystem: `host` (default) or the name of an imported image
+    #[arg(long, value_name = "IMAGE", value_parser = project_image)]
+    pub image: Option<String>,
+}
+
+/// An image a project config may name (directory images are user config only).
+fn project_image(v: &str) -> Result<String, String> {
+    airlock_config::values::image(v, false).map(|_| v.to_owned())
+}
+
+pub fn run(args: InitArgs, ctx: &Context) -> Result<Report, CommandError> {
+    let root = init_root(&ctx.cwd)?;
+    let template =
+        airlock_config::templates::project_template(args.agent.as_deref(), args.image.as_deref());
+    let dir = root.join(PROJECT_DIR);
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&dir)
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::AlreadyExists => already_owned(&root),
+            _ => {
+                CommandError::internal("io.write", format!("cannot create {}: {e}", dir.display()))
+                    .with_hint("check the permissions of the project directory")
+            }
+        })?;
+    let config = Project::at(root.clone(), ProjectKind::Airlock).config_path;
+    create_new(&config, template.as_bytes(), 0o644)?;
+
+    let mut doc = Doc::new();
+    doc.heading("Initialised")
+        .field(1, "project", &path_text(&root))
+        .field(1, "config", &path_text(&config));
+    doc.text(
+        1,
+        &[(Style::Dim, "next: review it, then run `airlock plan`")],
+    );
+    let json = serde_json::json!({
+        "project": root,
+        "config": config,
+        "agent": args.agent,
+        "image": args.image,
+    });
+    Ok(Report::new(doc, json))
+}
+
+/// `.airlock/` appeared between the check and `mkdir` (another `init` raced this one).
+fn already_owned(root: &Path) -> CommandError {
+    let config = Project::at(root.to_owned(), ProjectKind::Airlock).config_path;
+    CommandError::new(
+        ErrorKind::Config,
+        "init.exists",
+        format!(
+            "{} already holds an airlock project ({}); init changes nothing",
+            root.display(),
+            config.display()
+        ),
+    )
+    .with_hint(format!(
+        "edit {} instead, then run `airlock plan`",
+        config.display()
+    ))
+}

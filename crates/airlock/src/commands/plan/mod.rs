@@ -1,0 +1,86 @@
+//! `airlock plan [--memory-mb N]`: validates everything and shows what `up` would build.
+//!
+//! Invariant: `plan` creates, changes and locks nothing, anywhere — not even airlock's own
+//! roots. It only reads: the config files, the trust store (through
+//! [`TrustStore::is_trusted`], which creates nothing) and directory metadata.
+//!
+//! Every independent configuration error is reported together (exit 2, each with file, key
+//! path and line); otherwise the effective configuration is printed with the origin of every
+//! value, the mappings with their in-sandbox paths, the network policy (with each project rule
+//! ignored because the project is untrusted), agents and provisioning steps with their owners.
+
+mod render;
+
+use std::cell::RefCell;
+use std::path::Path;
+
+use airlock_config::{Effective, LoadRequest, Overrides, Roots};
+use airlock_core::{TrustError, TrustStore};
+use clap::Args;
+
+use super::project::discover_project;
+use super::Report;
+use crate::context::Context;
+use crate::error::CommandError;
+
+#[derive(Args, Debug)]
+pub struct PlanArgs {
+    /// Memory limit in MiB for this run only (minimum 256); no file is rewritten
+    #[arg(long, value_name = "N")]
+    pub memory_mb: Option<u64>,
+}
+
+pub fn run(args: PlanArgs, ctx: &Context) -> Result<Report, CommandError> {
+    let roots = ctx.roots()?;
+    let project = discover_project(ctx)?;
+    let mut notes = Vec::new();
+    let effective = load_effective(&roots, project, args.memory_mb, &mut notes)?;
+    let json = serde_json::to_value(&effective).map_err(|e| {
+        CommandError::internal(
+            "plan.encode",
+            format!("cannot encode the plan as JSON: {e}"),
+        )
+    })?;
+    let mut report = Report::new(render::render(&effective), json);
+    for n in notes {
+        report.note(n);
+    }
+    Ok(report)
+}
+
+/// Loads and validates the user and project configuration, with trust looked up read-only.
+/// A trust store that cannot be read counts as "untrusted" (fail closed) and adds a note.
+pub fn load_effective(
+    roots: &Roots,
+    project: Option<airlock_config::Project>,
+    memory_mb: Option<u64>,
+    notes: &mut Vec<String>,
+) -> Result<Effective, CommandError> {
+    let store = TrustStore::open(&roots.state)?;
+    let failure: RefCell<Option<TrustError>> = RefCell::new(None);
+    let is_trusted = |root: &Path, sha256: &str| match store.is_trusted(root, sha256) {
+        Ok(trusted) => trusted,
+        Err(e) => {
+            failure.borrow_mut().get_or_insert(e);
+            false
+        }
+    };
+    let request = LoadRequest {
+        roots,
+        project: project.as_ref(),
+        overrides: Overrides { memory_mb },
+        is_trusted: &is_trusted,
+    };
+    let effective = airlock_config::load(&request)?;
+    if let Some(e) = failure.into_inner() {
+        notes.push(format!(
+            "warning: cannot read the trust store ({e}); the project is treated as untrusted"
+        ));
+    }
+    Ok(effective)
+}
+
+/// Validates the user config alone (after `airlock config` opened it in an editor).
+pub fn validate_user_config(roots: &Roots) -> Result<(), CommandError> {
+    load_effective(roots, None, None, &mut Vec::new()).map(drop)
+}

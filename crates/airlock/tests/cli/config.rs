@@ -1,0 +1,57 @@
+//! `airlock config`: creates the user config when absent, never rewrites it, refreshes the
+//! schema beside it, prints the path when not on a terminal.
+
+use std::os::unix::fs::PermissionsExt;
+
+use crate::common::TestEnv;
+
+fn mode(p: &std::path::Path) -> u32 {
+    std::fs::metadata(p).unwrap().permissions().mode() & 0o777
+}
+
+#[test]
+fn config_creates_the_user_config_and_schema_and_prints_the_path() {
+    let env = TestEnv::new();
+    let run = env.run(&["config"]);
+    run.assert_code(0);
+    let path = env.user_config();
+    assert_eq!(run.stdout.trim_end(), path.to_string_lossy());
+    assert!(path.is_file());
+    assert_eq!(mode(path.parent().unwrap()), 0o700);
+    let schema = path.with_file_name("config.schema.json");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&schema).unwrap()).expect("schema is JSON");
+    assert!(
+        v.get("properties").is_some() || v.get("$schema").is_some(),
+        "{v}"
+    );
+    // The template validates.
+    env.run(&["plan"]).assert_code(0);
+}
+
+#[test]
+fn config_never_rewrites_an_existing_user_config_but_refreshes_the_schema() {
+    let env = TestEnv::new();
+    let path = env.write_user_config("# mine, even if invalid: memroy = 1\n");
+    let schema = path.with_file_name("config.schema.json");
+    std::fs::write(&schema, "stale").unwrap();
+    let run = env.run(&["config", "--json"]);
+    run.assert_code(0);
+    let v = run.json();
+    assert_eq!(v["created"], false);
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap(),
+        "# mine, even if invalid: memroy = 1\n"
+    );
+    assert_ne!(std::fs::read_to_string(&schema).unwrap(), "stale");
+}
+
+#[test]
+fn config_twice_is_idempotent() {
+    let env = TestEnv::new();
+    env.run(&["config"]).assert_code(0);
+    let first = std::fs::read(env.user_config()).unwrap();
+    let v = env.run(&["config", "--json"]).json();
+    assert_eq!(v["created"], false);
+    assert_eq!(std::fs::read(env.user_config()).unwrap(), first);
+}

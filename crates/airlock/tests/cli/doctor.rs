@@ -1,0 +1,44 @@
+//! `airlock doctor`: one line per check, exit 0 only when every required check passes.
+
+use crate::common::TestEnv;
+
+#[test]
+fn doctor_json_agrees_with_its_exit_status() {
+    let env = TestEnv::new();
+    let run = env.run(&["doctor", "--json"]);
+    let v = run.json();
+    let checks = v["checks"].as_array().expect("checks array");
+    assert!(!checks.is_empty());
+    let required_failed = checks
+        .iter()
+        .any(|c| c["required"] == true && c["status"] != "ok");
+    assert_eq!(v["ready"], !required_failed, "{v}");
+    run.assert_code(if required_failed { 69 } else { 0 });
+    if required_failed {
+        assert_eq!(v["error"]["code"], "backend.unavailable");
+    }
+    for c in checks.iter().filter(|c| c["status"] != "ok") {
+        assert!(c["fix"].is_string(), "a failed check without a fix: {c}");
+    }
+}
+
+#[test]
+fn doctor_prints_one_line_per_check_and_changes_nothing() {
+    let env = TestEnv::new();
+    let before = env.snapshot();
+    let v = env.run(&["doctor", "--json"]).json();
+    let n = v["checks"].as_array().unwrap().len();
+    let run = env.run(&["doctor"]);
+    let lines = run
+        .stdout
+        .lines()
+        .filter(|l| {
+            let t = l.trim_start();
+            ["ok ", "missing ", "optional", "warning "]
+                .iter()
+                .any(|p| t.starts_with(p))
+        })
+        .count();
+    assert_eq!(lines, n, "{}", run.stdout);
+    assert_eq!(before.diff(&env.snapshot()), Vec::<String>::new());
+}

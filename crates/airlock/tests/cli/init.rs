@@ -1,0 +1,90 @@
+//! `airlock init`: creates `.airlock/config.toml` at the project root, never overwrites.
+
+use crate::common::TestEnv;
+
+#[test]
+fn init_creates_the_project_config_at_the_git_root() {
+    let env = TestEnv::new();
+    let project = env.git_project("src/demo");
+    let sub = project.join("lib");
+    std::fs::create_dir_all(&sub).unwrap();
+    let run = env.run_in(&sub, &["init", "--agent", "claude"]);
+    run.assert_code(0);
+    let config = project.join(".airlock/config.toml");
+    let text = std::fs::read_to_string(&config).expect("config created at the git root");
+    assert!(text.contains("claude"), "{text}");
+    assert!(!sub.join(".airlock").exists());
+    // The template is valid: plan accepts it and shows the agent from the project file.
+    let plan = env.run_in(&project, &["plan", "--json"]);
+    plan.assert_code(0);
+    assert_eq!(plan.json()["agent"]["value"], "claude");
+}
+
+#[test]
+fn init_outside_git_uses_the_working_directory() {
+    let env = TestEnv::new();
+    let dir = env.dir("scratch/app");
+    env.run_in(&dir, &["init"]).assert_code(0);
+    assert!(dir.join(".airlock/config.toml").is_file());
+}
+
+#[test]
+fn init_never_overwrites_and_refuses_where_airlock_exists() {
+    let env = TestEnv::new();
+    let project = env.git_project("src/demo");
+    let config = env.write_project_config(&project, "# mine\n");
+    let before = env.snapshot();
+    let run = env.run_in(&project, &["init"]);
+    run.assert_code(2);
+    assert!(run.stderr.contains(".airlock"), "{}", run.stderr);
+    assert_eq!(std::fs::read_to_string(&config).unwrap(), "# mine\n");
+    assert_eq!(before.diff(&env.snapshot()), Vec::<String>::new());
+}
+
+#[test]
+fn init_refuses_with_an_empty_airlock_directory_too() {
+    let env = TestEnv::new();
+    let project = env.git_project("src/demo");
+    std::fs::create_dir(project.join(".airlock")).unwrap();
+    env.run_in(&project, &["init"]).assert_code(2);
+    assert!(!project.join(".airlock/config.toml").exists());
+}
+
+#[test]
+fn init_refuses_inside_a_project_owned_by_an_ancestor() {
+    let env = TestEnv::new();
+    let outer = env.dir("src/outer");
+    env.write_project_config(&outer, "");
+    let inner = env.dir("src/outer/inner");
+    let run = env.run_in(&inner, &["init"]);
+    run.assert_code(2);
+    assert!(
+        run.stderr.contains(&*outer.to_string_lossy()),
+        "{}",
+        run.stderr
+    );
+    assert!(!inner.join(".airlock").exists());
+}
+
+#[test]
+fn init_rejects_an_unknown_agent_before_creating_anything() {
+    let env = TestEnv::new();
+    let project = env.git_project("src/demo");
+    let run = env.run_in(&project, &["init", "--agent", "skynet"]);
+    run.assert_code(2);
+    assert!(!project.join(".airlock").exists());
+}
+
+#[test]
+fn init_json_names_the_created_file() {
+    let env = TestEnv::new();
+    let project = env.git_project("src/demo");
+    let v = env.run_in(&project, &["init", "--json"]).json();
+    assert_eq!(
+        v["config"],
+        project
+            .join(".airlock/config.toml")
+            .to_string_lossy()
+            .as_ref()
+    );
+}

@@ -374,8 +374,8 @@ fn agent_settings(
             layers
                 .files
                 .iter()
-                .filter_map(|(o, f)| f.raw.agents.get(spec.name).and_then(get).map(|v| (*o, v)))
-                .last()
+                .rev()
+                .find_map(|(o, f)| f.raw.agents.get(spec.name).and_then(get).map(|v| (*o, v)))
                 .map_or(Sourced::new(default, Origin::Default), |(o, v)| {
                     Sourced::new(v, o)
                 })
@@ -383,11 +383,11 @@ fn agent_settings(
         let args = layers
             .files
             .iter()
-            .filter_map(|(o, f)| {
+            .rev()
+            .find_map(|(o, f)| {
                 let args = f.raw.agents.get(spec.name)?.args.clone()?;
                 Some(Sourced::new(args, *o))
             })
-            .last()
             .unwrap_or_else(|| {
                 let defaults = spec.default_args.iter().map(|s| (*s).to_owned()).collect();
                 Sourced::new(defaults, Origin::Default)

@@ -52,15 +52,21 @@ impl ParsedFile {
     }
 
     fn position(&self, key: &str) -> (u32, u32) {
-        let mut k = key;
-        loop {
-            if let Some(p) = self.positions.get(k) {
-                return *p;
-            }
-            match k.rfind(['.', '[']) {
-                Some(i) => k = &k[..i],
-                None => return (0, 0),
-            }
+        lookup(&self.positions, key)
+    }
+}
+
+/// The position of `key`, or of its nearest recorded ancestor (`a.b[1].c` → `a.b[1]` → `a.b`
+/// → `a`), or (0, 0).
+fn lookup(positions: &BTreeMap<String, (u32, u32)>, key: &str) -> (u32, u32) {
+    let mut k = key;
+    loop {
+        if let Some(p) = positions.get(k) {
+            return *p;
+        }
+        match k.rfind(['.', '[']) {
+            Some(i) => k = &k[..i],
+            None => return (0, 0),
         }
     }
 }
@@ -132,7 +138,7 @@ impl Walker<'_> {
     }
 
     fn push_key(&mut self, key: &str, message: String) {
-        let (line, column) = self.positions.get(key).copied().unwrap_or((0, 0));
+        let (line, column) = lookup(&self.positions, key);
         self.diags.push(Diagnostic {
             file: self.file.to_owned(),
             key: key.to_owned(),
@@ -180,7 +186,7 @@ impl Walker<'_> {
         match T::deserialize(value.into_deserializer()) {
             Ok(v) => Some(v),
             Err(e) => {
-                self.push_key(path, e.message().trim().to_owned());
+                self.push_key(path, type_message(e.message().trim()));
                 None
             }
         }
@@ -223,9 +229,7 @@ impl Walker<'_> {
     ) -> Option<BTreeMap<String, T>> {
         let item = t.get(key)?;
         let full = join(path, key);
-        let Some(table) = self.table(item, &full) else {
-            return None;
-        };
+        let table = self.table(item, &full)?;
         let mut out = BTreeMap::new();
         for (name, entry) in table.iter() {
             let entry_path = format!("{full}.{name}");
@@ -431,6 +435,15 @@ fn kind(item: &Item) -> &'static str {
         Item::Table(_) => "a table",
         Item::ArrayOfTables(_) => "an array of tables",
         Item::Value(v) => v.type_name(),
+    }
+}
+
+/// serde's message for a value of the wrong type, made readable where toml_edit's is terse.
+fn type_message(message: &str) -> String {
+    match message {
+        // toml_edit's words for a non-string where an enum (a string) was expected.
+        "wanted string or table" => "invalid type: expected a string".to_owned(),
+        other => other.to_owned(),
     }
 }
 

@@ -56,6 +56,12 @@ pub enum PatternError {
         /// The port text.
         port: String,
     },
+    /// A name whose last label is all digits (an abbreviated or malformed IP address).
+    #[error("{pattern:?} is neither a host name nor a complete IP address")]
+    NumericName {
+        /// The whole pattern.
+        pattern: String,
+    },
     /// An IP-literal pattern with a wildcard.
     #[error("IP address patterns must be exact addresses: {pattern:?}")]
     IpWildcard {
@@ -135,6 +141,21 @@ impl HostPattern {
             }
         }
         let is_wildcard = !matches!(kind(String::new()), HostMatch::Exact(_));
+        if is_wildcard && parse_ip(domain).is_some() {
+            return Err(PatternError::IpWildcard {
+                pattern: pattern.to_owned(),
+            });
+        }
+        // An all-digit last label is never a DNS name; resolvers read forms like `127.1` as
+        // IP addresses, which must be written as exact addresses instead.
+        if labels
+            .last()
+            .is_some_and(|l| l.bytes().all(|b| b.is_ascii_digit()))
+        {
+            return Err(PatternError::NumericName {
+                pattern: pattern.to_owned(),
+            });
+        }
         if is_wildcard && labels.len() < 2 {
             return Err(PatternError::Wildcard {
                 pattern: pattern.to_owned(),
@@ -163,7 +184,7 @@ impl HostPattern {
             HostMatch::OneLabel(domain) => host
                 .strip_suffix(domain.as_str())
                 .and_then(|p| p.strip_suffix('.'))
-                .is_some_and(|label| valid_label(label)),
+                .is_some_and(valid_label),
             HostMatch::AnyDepth(domain) => host
                 .strip_suffix(domain.as_str())
                 .and_then(|p| p.strip_suffix('.'))

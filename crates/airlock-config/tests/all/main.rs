@@ -1,0 +1,9 @@
+//! Integration tests of airlock-config's public API (one test binary per crate).
+
+mod common;
+mod diagnostics;
+mod effective;
+mod mounts;
+mod policy;
+mod schema;
+mod trust;

@@ -18,14 +18,14 @@ use sha2::{Digest, Sha256};
 use crate::agents::{self, AgentSpec};
 use crate::diagnostics::{ConfigErrors, Diagnostic};
 use crate::effective::{
-    Agent, Effective, Files, HomeMapping, Image, LoadedFile, Origin, Phase, ProvisionStep, Sourced,
-    StepOwner, Workspace,
+    Agent, DetachKey, Effective, Files, HomeMapping, Image, LoadedFile, Origin, Phase,
+    ProvisionStep, Sourced, StepOwner, Workspace,
 };
 use crate::mounts;
 use crate::network::{self, NetworkInputs};
 use crate::parse::{parse_file, FileRole, ParsedFile};
 use crate::project::Project;
-use crate::raw::RawConfig;
+use crate::raw::{Layout, RawAgentSettings, RawConfig, WorkspaceMode};
 use crate::roots::Roots;
 use crate::values;
 
@@ -128,33 +128,20 @@ impl Layers<'_> {
     }
 }
 
-/// Loads and validates everything; see the module docs for the order of operations.
-pub fn load(req: &LoadRequest<'_>) -> Result<Effective, ConfigErrors> {
-    let mut diags = Vec::new();
-    let (user_info, user) = load_file(&req.roots.user_config_path(), FileRole::User, &mut diags);
-    let (project_info, project_file) = match req.project {
-        Some(p) => {
-            let (info, parsed) = load_file(&p.config_path, FileRole::Project, &mut diags);
-            (Some(info), parsed)
-        }
-        None => (None, None),
-    };
-    let project_trusted = match (
-        req.project,
-        project_info.as_ref().and_then(|i| i.sha256.as_deref()),
-    ) {
-        (Some(p), Some(hash)) => (req.is_trusted)(&p.root, hash),
-        _ => true,
-    };
-    let mut layers = Layers { files: Vec::new() };
-    layers
-        .files
-        .extend(user.as_ref().map(|f| (Origin::User, f)));
-    layers
-        .files
-        .extend(project_file.as_ref().map(|f| (Origin::Project, f)));
+/// Scalar settings after precedence and validation.
+struct Scalars {
+    image: Sourced<Image>,
+    agent: Sourced<Option<String>>,
+    memory_mb: Sourced<u64>,
+    cpus: Sourced<Option<f64>>,
+    pids_max: Sourced<u64>,
+    layout: Sourced<Layout>,
+    detach_key: Sourced<DetachKey>,
+    workspace_mode: Sourced<WorkspaceMode>,
+}
 
-    let d = &mut diags;
+fn scalars(layers: &Layers<'_>, overrides: Overrides, d: &mut Vec<Diagnostic>) -> Scalars {
+    let default = |v| Sourced::new(v, Origin::Default);
     let image = layers
         .resolve(
             d,
@@ -162,21 +149,19 @@ pub fn load(req: &LoadRequest<'_>) -> Result<Effective, ConfigErrors> {
             |r| r.image.as_ref(),
             |v, o| values::image(v, o == Origin::User),
         )
-        .unwrap_or(Sourced::new(Image::Host, Origin::Default));
-    let agent = layers.resolve(
-        d,
-        "agent",
-        |r| r.agent.as_ref(),
-        |v, _| {
-            agents::find(v)
-                .map(|a| a.name.to_owned())
-                .ok_or_else(|| unknown_agent(v))
-        },
-    );
-    let agent = agent.map_or(Sourced::new(None, Origin::Default), |s| {
-        Sourced::new(Some(s.value), s.origin)
-    });
-    let memory_mb = memory(&layers, req.overrides, d);
+        .unwrap_or(default(Image::Host));
+    let agent = layers
+        .resolve(
+            d,
+            "agent",
+            |r| r.agent.as_ref(),
+            |v, _| {
+                agents::find(v)
+                    .map(|a| Some(a.name.to_owned()))
+                    .ok_or_else(|| unknown_agent(v))
+            },
+        )
+        .unwrap_or(Sourced::new(None, Origin::Default));
     let cpus = layers
         .resolve(
             d,
@@ -195,7 +180,7 @@ pub fn load(req: &LoadRequest<'_>) -> Result<Effective, ConfigErrors> {
         .unwrap_or(Sourced::new(values::DEFAULT_PIDS_MAX, Origin::Default));
     let layout = layers
         .resolve(d, "layout", |r| r.layout.as_ref(), |v, _| Ok(*v))
-        .unwrap_or(Sourced::new(Default::default(), Origin::Default));
+        .unwrap_or(Sourced::new(Layout::default(), Origin::Default));
     let detach_key = layers
         .resolve(
             d,
@@ -208,22 +193,79 @@ pub fn load(req: &LoadRequest<'_>) -> Result<Effective, ConfigErrors> {
                 .unwrap_or_else(|e| unreachable!("default detach key is invalid: {e}"));
             Sourced::new(k, Origin::Default)
         });
-    let mode = layers
+    let workspace_mode = layers
         .resolve(
             d,
             "workspace_mode",
             |r| r.workspace_mode.as_ref(),
             |v, _| Ok(*v),
         )
-        .unwrap_or(Sourced::new(Default::default(), Origin::Default));
-    let packages = packages(&layers, d);
+        .unwrap_or(Sourced::new(WorkspaceMode::default(), Origin::Default));
+    Scalars {
+        image,
+        agent,
+        memory_mb: memory(layers, overrides, d),
+        cpus,
+        pids_max,
+        layout,
+        detach_key,
+        workspace_mode,
+    }
+}
 
-    let workspaces = workspaces(req, mode, d);
+/// Orders diagnostics by file (user config, project config, command line, others) and then
+/// by position, so output follows the files top to bottom.
+fn sort_diagnostics(diags: &mut [Diagnostic], req: &LoadRequest<'_>) {
+    let user = req.roots.user_config_path();
+    let project = req.project.map(|p| p.config_path.clone());
+    let rank = |d: &Diagnostic| {
+        if d.file == user {
+            0
+        } else if Some(&d.file) == project.as_ref() {
+            1
+        } else if d.file == Path::new(COMMAND_LINE) {
+            2
+        } else {
+            3
+        }
+    };
+    diags.sort_by_key(|d| (rank(d), d.line, d.column));
+}
+
+/// Loads and validates everything; see the module docs for the order of operations.
+pub fn load(req: &LoadRequest<'_>) -> Result<Effective, ConfigErrors> {
+    let mut diags = Vec::new();
+    let (user_info, user) = load_file(&req.roots.user_config_path(), FileRole::User, &mut diags);
+    let (project_info, project_file) = match req.project {
+        Some(p) => {
+            let (info, parsed) = load_file(&p.config_path, FileRole::Project, &mut diags);
+            (Some(info), parsed)
+        }
+        None => (None, None),
+    };
+    let project_hash = project_info.as_ref().and_then(|i| i.sha256.as_deref());
+    let project_trusted = match (req.project, project_hash) {
+        (Some(p), Some(hash)) => (req.is_trusted)(&p.root, hash),
+        _ => true,
+    };
+    let mut layers = Layers { files: Vec::new() };
+    layers
+        .files
+        .extend(user.as_ref().map(|f| (Origin::User, f)));
+    layers
+        .files
+        .extend(project_file.as_ref().map(|f| (Origin::Project, f)));
+
+    let d = &mut diags;
+    let s = scalars(&layers, req.overrides, d);
+    let packages = packages(&layers, d);
+    let workspaces = workspaces(req, s.workspace_mode, d);
+    let workspace_root = req.project.map(|p| p.root.as_path());
     let mounts = user
         .as_ref()
-        .map(|f| mounts::validate(f, req.roots, req.project.map(|p| p.root.as_path()), d))
+        .map(|f| mounts::validate(f, req.roots, workspace_root, d))
         .unwrap_or_default();
-    let selected = agent.value.as_deref().and_then(agents::find);
+    let selected = s.agent.value.as_deref().and_then(agents::find);
     let network = network::merge(
         &NetworkInputs {
             user: user.as_ref(),
@@ -237,6 +279,7 @@ pub fn load(req: &LoadRequest<'_>) -> Result<Effective, ConfigErrors> {
     let provisioning = provisioning(req, &layers);
 
     if !diags.is_empty() {
+        sort_diagnostics(&mut diags, req);
         return Err(ConfigErrors(diags));
     }
     Ok(Effective {
@@ -246,14 +289,14 @@ pub fn load(req: &LoadRequest<'_>) -> Result<Effective, ConfigErrors> {
             project_trusted,
         },
         project: req.project.cloned(),
-        image,
-        agent,
-        memory_mb,
-        cpus,
-        pids_max,
+        image: s.image,
+        agent: s.agent,
+        memory_mb: s.memory_mb,
+        cpus: s.cpus,
+        pids_max: s.pids_max,
         packages,
-        layout,
-        detach_key,
+        layout: s.layout,
+        detach_key: s.detach_key,
         workspaces,
         home: HomeMapping {
             host_path: req.roots.home.clone(),
@@ -274,11 +317,7 @@ fn unknown_agent(name: &str) -> String {
     )
 }
 
-fn memory(
-    layers: &Layers<'_>,
-    overrides: crate::Overrides,
-    d: &mut Vec<Diagnostic>,
-) -> Sourced<u64> {
+fn memory(layers: &Layers<'_>, overrides: Overrides, d: &mut Vec<Diagnostic>) -> Sourced<u64> {
     let from_files = layers
         .resolve(
             d,
@@ -319,7 +358,7 @@ fn packages(layers: &Layers<'_>, d: &mut Vec<Diagnostic>) -> Vec<Sourced<String>
 
 fn workspaces(
     req: &LoadRequest<'_>,
-    mode: Sourced<crate::raw::WorkspaceMode>,
+    mode: Sourced<WorkspaceMode>,
     d: &mut Vec<Diagnostic>,
 ) -> Vec<Workspace> {
     let Some(project) = req.project else {
@@ -370,7 +409,7 @@ fn agent_settings(
         if !is_selected && !configured {
             continue;
         }
-        let pick = |get: &dyn Fn(&crate::raw::RawAgentSettings) -> Option<bool>, default: bool| {
+        let pick = |get: &dyn Fn(&RawAgentSettings) -> Option<bool>, default: bool| {
             layers
                 .files
                 .iter()

@@ -55,3 +55,52 @@ fn config_twice_is_idempotent() {
     assert_eq!(v["created"], false);
     assert_eq!(std::fs::read(env.user_config()).unwrap(), first);
 }
+
+/// Runs `airlock config` with a terminal on stdin and stdout (through util-linux `script`).
+fn config_on_a_terminal(env: &TestEnv) -> crate::common::Run {
+    let cmd = format!("{} config", crate::common::AIRLOCK);
+    let out = env
+        .command_for("script".as_ref(), &env.home)
+        .args(["-qec", &cmd, "/dev/null"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run script(1)");
+    crate::common::Run {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+#[test]
+fn config_on_a_terminal_opens_the_editor_and_validates_what_was_saved() {
+    let mut env = TestEnv::new();
+    let marker = env.root().join("edited");
+    let editor = env.write(
+        &env.root().join("editor.sh"),
+        &format!(
+            "#!/bin/sh\necho \"$1\" > '{}'\necho 'memroy_mb = 1' >> \"$1\"\n",
+            marker.display()
+        ),
+    );
+    std::fs::set_permissions(&editor, std::fs::Permissions::from_mode(0o755)).unwrap();
+    env.set_env("EDITOR", &editor.to_string_lossy());
+    let run = config_on_a_terminal(&env);
+    let opened = std::fs::read_to_string(&marker).expect("the editor was not started");
+    assert_eq!(opened.trim_end(), env.user_config().to_string_lossy());
+    // The saved file has a typo: reported at once, exit 2.
+    run.assert_code(2);
+    assert!(run.stdout.contains("memroy_mb"), "{}", run.stdout);
+}
+
+#[test]
+fn config_on_a_terminal_without_an_editor_prints_the_path() {
+    let env = TestEnv::new();
+    let run = config_on_a_terminal(&env);
+    run.assert_code(0);
+    assert!(
+        run.stdout.contains(&*env.user_config().to_string_lossy()),
+        "{}",
+        run.stdout
+    );
+}

@@ -42,3 +42,21 @@ fn doctor_prints_one_line_per_check_and_changes_nothing() {
     assert_eq!(lines, n, "{}", run.stdout);
     assert_eq!(before.diff(&env.snapshot()), Vec::<String>::new());
 }
+
+#[test]
+fn doctor_probes_as_the_unprivileged_invoking_user() {
+    let env = TestEnv::new();
+    let Some(run) = env.run_as_test_user_in(&env.home, &["doctor", "--json"]) else {
+        crate::common::skip_without_test_user();
+        return;
+    };
+    let v = run.json();
+    let required_failed = v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|c| c["required"] == true && c["status"] != "ok");
+    run.assert_code(if required_failed { 69 } else { 0 });
+    // Nothing in the probes may leave a trace in the user's world.
+    assert!(!env.config_home().exists() && !env.state_home().exists());
+}

@@ -118,9 +118,16 @@ impl TestEnv {
 
     /// A `Command` for the binary with the cleared, test-local environment.
     pub fn command(&self, cwd: &Path, args: &[&str]) -> Command {
-        let mut cmd = Command::new(AIRLOCK);
-        cmd.args(args)
-            .current_dir(cwd)
+        let mut cmd = self.command_for(AIRLOCK.as_ref(), cwd);
+        cmd.args(args);
+        cmd
+    }
+
+    /// A `Command` for any program with this world's cleared environment (e.g. `script`, to
+    /// give airlock a terminal).
+    pub fn command_for(&self, program: &OsStr, cwd: &Path) -> Command {
+        let mut cmd = Command::new(program);
+        cmd.current_dir(cwd)
             .env_clear()
             .env(
                 "PATH",
@@ -150,6 +157,39 @@ impl TestEnv {
             stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
             stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
         }
+    }
+
+    /// Runs the binary as the unprivileged test user (T4) in `cwd`, after handing this whole
+    /// world to that user. `None` when not running as root or the user does not exist (create
+    /// it with `scripts/setup-test-user`; `scripts/test` does).
+    pub fn run_as_test_user_in(&self, cwd: &Path, args: &[&str]) -> Option<Run> {
+        let (uid, gid) = test_user()?;
+        chown_tree(self.root(), uid, gid);
+        let mut runuser = Command::new("runuser");
+        runuser.args(["-u", TEST_USER, "--", "env", "-i"]);
+        let inner = self.command(cwd, args);
+        for (k, v) in inner.get_envs() {
+            if let Some(v) = v {
+                let mut kv = k.to_os_string();
+                kv.push("=");
+                kv.push(v);
+                runuser.arg(kv);
+            }
+        }
+        runuser.arg(AIRLOCK).args(args).current_dir(cwd).env_clear();
+        runuser.env(
+            "PATH",
+            std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into()),
+        );
+        let out = runuser
+            .stdin(Stdio::null())
+            .output()
+            .expect("spawn runuser");
+        Some(Run {
+            code: out.status.code(),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        })
     }
 
     /// Runs the binary in HOME.
@@ -199,6 +239,42 @@ impl TestEnv {
     /// Every entry of this world (type, mode, size, content), for "changes nothing" assertions.
     pub fn snapshot(&self) -> Snapshot {
         snapshot(self.root())
+    }
+}
+
+/// Name of the unprivileged user T4 tests run as (created by `scripts/setup-test-user`).
+pub const TEST_USER: &str = "airlock-test";
+
+/// uid and gid of [`TEST_USER`], when this process is root and the user exists.
+pub fn test_user() -> Option<(u32, u32)> {
+    if fs::metadata("/proc/self").ok()?.uid() != 0 {
+        return None;
+    }
+    let passwd = fs::read_to_string("/etc/passwd").ok()?;
+    passwd.lines().find_map(|line| {
+        let f: Vec<&str> = line.split(':').collect();
+        (f.len() > 3 && f[0] == TEST_USER)
+            .then(|| Some((f[2].parse().ok()?, f[3].parse().ok()?)))?
+    })
+}
+
+/// Called by a T4 test that cannot run here: fails under CI (where `scripts/test` creates the
+/// user as root, so a missing user is a broken setup), otherwise says why it was skipped.
+pub fn skip_without_test_user() {
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "T4 test needs root and the {TEST_USER} user; run scripts/test as root"
+    );
+    eprintln!("skipped: needs root and the {TEST_USER} user (scripts/setup-test-user)");
+}
+
+/// Gives every entry under `root` (and `root`) to `uid:gid`, without following links.
+pub fn chown_tree(root: &Path, uid: u32, gid: u32) {
+    std::os::unix::fs::lchown(root, Some(uid), Some(gid)).expect("chown");
+    if fs::symlink_metadata(root).expect("lstat").is_dir() {
+        for entry in fs::read_dir(root).expect("read dir") {
+            chown_tree(&entry.expect("dir entry").path(), uid, gid);
+        }
     }
 }
 

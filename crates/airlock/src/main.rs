@@ -39,8 +39,25 @@ fn main() -> ExitCode {
         Err(err) => return exit_status(cli::report_parse_error(&err, &printer)),
     };
     let printer = Printer::from_env(cli.json);
-    let outcome = Context::from_process(cli.json).and_then(|ctx| commands::run(cli.command, &ctx));
+    let outcome = Context::from_process(cli.json).and_then(|ctx| run_guarded(cli.command, &ctx));
     exit_status(print_outcome(&printer, outcome))
+}
+
+/// Runs a verb; a panic (a bug) becomes an internal error, exit 70, with the JSON error
+/// document under `--json`, instead of Rust's exit 101. The panic message itself is printed on
+/// stderr by the default hook.
+fn run_guarded(
+    command: commands::Command,
+    ctx: &Context,
+) -> Result<commands::Report, CommandError> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| commands::run(command, ctx)))
+        .unwrap_or_else(|_| {
+            Err(CommandError::internal(
+                "internal.panic",
+                "airlock hit an internal error (a bug); nothing after that point was done",
+            )
+            .with_hint("please report it with the message printed above"))
+        })
 }
 
 /// Prints what the verb produced and returns the exit status.

@@ -97,3 +97,30 @@ fn no_color_output_without_a_terminal() {
     let run = env.run(&["version", "--bogus"]);
     assert!(!run.stderr.contains('\x1b'), "{:?}", run.stderr);
 }
+
+/// Runs `airlock ARGS` with a terminal on stdin and stdout (util-linux `script`).
+fn on_a_terminal(env: &TestEnv, args: &str) -> String {
+    let cmd = format!("{} {args}", crate::common::AIRLOCK);
+    let out = env
+        .command_for("script".as_ref(), &env.home)
+        .args(["-qec", &cmd, "/dev/null"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run script(1)");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn color_on_a_terminal_unless_no_color_is_set() {
+    let mut env = TestEnv::new();
+    env.set_env("TERM", "xterm-256color");
+    let colored = on_a_terminal(&env, "version --bogus-flag");
+    assert!(colored.contains('\x1b'), "expected color on a terminal: {colored:?}");
+    let colored = on_a_terminal(&env, "plan");
+    assert!(colored.contains("\x1b["), "expected color on a terminal: {colored:?}");
+    env.set_env("NO_COLOR", "1");
+    let plain = on_a_terminal(&env, "plan");
+    assert!(!plain.contains('\x1b'), "NO_COLOR ignored: {plain:?}");
+    let plain = on_a_terminal(&env, "version --bogus-flag");
+    assert!(!plain.contains('\x1b'), "NO_COLOR ignored by usage errors: {plain:?}");
+}

@@ -115,12 +115,21 @@ fn color_on_a_terminal_unless_no_color_is_set() {
     let mut env = TestEnv::new();
     env.set_env("TERM", "xterm-256color");
     let colored = on_a_terminal(&env, "version --bogus-flag");
-    assert!(colored.contains('\x1b'), "expected color on a terminal: {colored:?}");
+    assert!(
+        colored.contains('\x1b'),
+        "expected color on a terminal: {colored:?}"
+    );
     let colored = on_a_terminal(&env, "plan");
-    assert!(colored.contains("\x1b["), "expected color on a terminal: {colored:?}");
+    assert!(
+        colored.contains("\x1b["),
+        "expected color on a terminal: {colored:?}"
+    );
     env.set_env("NO_COLOR", "1");
     let plain = on_a_terminal(&env, "plan");
     assert!(!plain.contains('\x1b'), "NO_COLOR ignored: {plain:?}");
     let plain = on_a_terminal(&env, "version --bogus-flag");
-    assert!(!plain.contains('\x1b'), "NO_COLOR ignored by usage errors: {plain:?}");
+    assert!(
+        !plain.contains('\x1b'),
+        "NO_COLOR ignored by usage errors: {plain:?}"
+    );
 }

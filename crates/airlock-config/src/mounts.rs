@@ -204,7 +204,8 @@ pub(crate) fn validate(
                 format!("duplicate mount name {:?}", m.name),
             ));
         }
-        let path = PathBuf::from(&m.path);
+        // Rebuilt from its components: `/srv/data/` and `/srv//data` become `/srv/data`.
+        let path: PathBuf = Path::new(&m.path).components().collect();
         match check_path(&path, roots, workspace, &accepted) {
             Ok(()) => accepted.push(Mount {
                 name: m.name.clone(),

@@ -488,3 +488,158 @@ fn edit_distance(a: &str, b: &str) -> usize {
     }
     prev[b.len()]
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::raw::{RawAgentSettings, RawHostPort, RawMount, RawNetwork};
+    use proptest::prelude::*;
+    use schemars::JsonSchema;
+    use std::collections::BTreeSet;
+
+    const FULL: &str = r#"
+image = "host"
+agent = "claude"
+memory_mb = 4096
+cpus = 2
+pids_max = 512
+packages = ["git", "make"]
+layout = "tmux"
+detach_key = "ctrl-p,ctrl-q"
+workspace_mode = "clone"
+
+[[mount]]
+name = "data"
+path = "/srv/data"
+read_only = true
+
+[network]
+preset = "none"
+allow = ["github.com", "*.example.com:8443"]
+deny = ["evil.com"]
+extra_ca = ["/etc/ca.pem"]
+hosts = { db = "10.0.0.5" }
+
+[[network.host_port]]
+port = 5432
+guest_port = 15432
+
+[agents.claude]
+args = ["--verbose"]
+sync_config = false
+credentials = true
+persist_state = true
+"#;
+
+    fn parse(text: &str, role: FileRole) -> (RawConfig, Vec<Diagnostic>) {
+        let mut diags = Vec::new();
+        let parsed = parse_file(Path::new("/cfg.toml"), text, role, &mut diags);
+        (parsed.raw, diags)
+    }
+
+    #[test]
+    fn walker_and_plain_serde_read_a_full_document_identically() {
+        let (walked, diags) = parse(FULL, FileRole::User);
+        assert!(diags.is_empty(), "{diags:?}");
+        let serde: RawConfig = toml::from_str(FULL).unwrap();
+        assert_eq!(walked, serde);
+        assert_eq!(walked.cpus, Some(2.0), "integers are accepted for cpus");
+    }
+
+    fn schema_keys<T: JsonSchema>() -> BTreeSet<String> {
+        let schema = schemars::schema_for!(T);
+        let obj = schema.schema.object.expect("struct schemas are objects");
+        obj.properties.keys().cloned().collect()
+    }
+
+    fn set(keys: &[&str]) -> BTreeSet<String> {
+        keys.iter().map(|k| (*k).to_owned()).collect()
+    }
+
+    #[test]
+    fn walker_key_lists_equal_the_schema_of_each_raw_type() {
+        assert_eq!(set(CONFIG_KEYS), schema_keys::<RawConfig>());
+        assert_eq!(set(MOUNT_KEYS), schema_keys::<RawMount>());
+        assert_eq!(set(NETWORK_KEYS), schema_keys::<RawNetwork>());
+        assert_eq!(set(HOST_PORT_KEYS), schema_keys::<RawHostPort>());
+        assert_eq!(set(AGENT_KEYS), schema_keys::<RawAgentSettings>());
+    }
+
+    #[test]
+    fn project_role_drops_user_only_values_and_reports_each() {
+        let (raw, diags) = parse(FULL, FileRole::Project);
+        let keys: Vec<&str> = diags.iter().map(|d| d.key.as_str()).collect();
+        assert_eq!(
+            keys,
+            [
+                "mount",
+                "network.extra_ca",
+                "network.host_port",
+                "agents.claude.credentials",
+                "agents.claude.persist_state"
+            ]
+        );
+        assert!(raw.mount.is_empty());
+        let net = raw.network.unwrap();
+        assert!(net.extra_ca.is_none() && net.host_port.is_empty());
+        assert_eq!(raw.agents["claude"].credentials, None);
+        assert_eq!(raw.agents["claude"].sync_config, Some(false));
+    }
+
+    #[test]
+    fn unknown_keys_suggest_the_closest_known_key() {
+        let (_, diags) = parse(
+            "[network]\nalow = []\n[agents.claude]\nsync_confg = true\n",
+            FileRole::User,
+        );
+        assert!(diags[0].message.contains("did you mean `allow`"));
+        assert!(diags[1].message.contains("did you mean `sync_config`"));
+        let (_, diags) = parse("zzzzzz = 1\n", FileRole::User);
+        assert!(diags[0].message.contains("expected one of: image, agent"));
+    }
+
+    proptest! {
+        #[test]
+        fn parser_never_panics_on_arbitrary_text(text in ".{0,200}") {
+            let _ = parse(&text, FileRole::User);
+            let _ = parse(&text, FileRole::Project);
+        }
+
+        #[test]
+        fn every_unknown_top_level_key_is_reported_on_its_own_line(
+            keys in prop::collection::btree_set("x[a-z]{3,8}", 1..6)
+        ) {
+            let text: String = keys.iter().map(|k| format!("{k} = 1\n")).collect();
+            let (_, diags) = parse(&text, FileRole::User);
+            prop_assert_eq!(diags.len(), keys.len());
+            for (i, (key, d)) in keys.iter().zip(&diags).enumerate() {
+                prop_assert_eq!(&d.key, key);
+                prop_assert_eq!(d.line as usize, i + 1);
+            }
+        }
+
+        #[test]
+        fn every_bad_allow_element_is_reported_with_its_index(
+            bad in prop::collection::vec(any::<bool>(), 1..8)
+        ) {
+            let items: Vec<String> = bad
+                .iter()
+                .map(|b| if *b { "1".to_owned() } else { "\"ok.example.com\"".to_owned() })
+                .collect();
+            let text = format!("[network]\nallow = [\n{}\n]\n", items.join(",\n"));
+            let (_, diags) = parse(&text, FileRole::User);
+            let want: Vec<String> = bad
+                .iter()
+                .enumerate()
+                .filter(|(_, b)| **b)
+                .map(|(i, _)| format!("network.allow[{i}]"))
+                .collect();
+            let got: Vec<String> = diags.iter().map(|d| d.key.clone()).collect();
+            prop_assert_eq!(got, want);
+            for d in &diags {
+                let index: usize = d.key["network.allow[".len()..d.key.len() - 1].parse().unwrap();
+                prop_assert_eq!(d.line as usize, index + 3);
+            }
+        }
+    }
+}

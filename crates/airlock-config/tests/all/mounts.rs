@@ -28,6 +28,15 @@ fn valid_mount_maps_to_the_same_absolute_path() {
 }
 
 #[test]
+fn mount_paths_are_normalized() {
+    let w = World::new();
+    let data = w.dir("srv/data");
+    let spelled = format!("{}//data/", data.parent().unwrap().display());
+    w.write_user(&mount_toml("data", &spelled));
+    assert_eq!(w.ok(None).mounts[0].host_path.as_os_str(), data.as_os_str());
+}
+
+#[test]
 fn mount_inside_home_outside_credential_roots_is_accepted() {
     let w = World::new();
     let p = w.home().join("datasets");

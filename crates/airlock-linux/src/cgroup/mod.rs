@@ -1,10 +1,112 @@
-//! Resource limits (PRODUCT I8) through cgroups: v2 where the controllers are delegated to us,
-//! else v1 hierarchies mounted per controller.
+//! Resource limits (PRODUCT I8) through cgroups: v2 where memory, pids and cpu are delegated
+//! to us, else v1 hierarchies mounted per controller (as on hosts with a hybrid layout).
+//!
+//! Layout on disk: `<base>/airlock/<sandbox-name>` in every hierarchy used, where `<base>` is
+//! chosen by [`base_dirs`]. Every directory airlock creates carries the extended attribute
+//! `user.airlock.owner = "<pid> <starttime>"` naming the process that owns it (the janitor
+//! takes ownership over from airlock, see below); the `airlock` parent carries
+//! `user.airlock = "parent"`. Nothing without these markers is ever removed.
+//!
+//! Order of operations for a sandbox:
+//! 1. [`Cgroup::create`]: parent (`mkdir`, v2: enable controllers in `cgroup.subtree_control`
+//!    of the base and of the parent), then the sandbox directory, then limits (memory before
+//!    memory+swap on v1, because the kernel requires `memsw >= limit`). Any failure removes
+//!    what was created and returns the error; a base we may not write to is
+//!    [`CgroupError::NotDelegated`], so the runtime can skip *default* limits with a warning
+//!    naming `airlock doctor` and refuse *explicit* ones.
+//! 2. [`Cgroup::spawn_janitor`]: a `setsid` child holding the read end of a pipe; when airlock
+//!    exits for any reason (including SIGKILL) the pipe reaches EOF and the janitor kills what
+//!    is left in the cgroup, waits until it is empty (bounded) and removes it.
+//! 3. [`Cgroup::add_pid`] for the sandbox's first process, before it runs sandbox code.
+//! 4. [`Cgroup::destroy`]: kill (`cgroup.kill` on v2, pidfd-checked `SIGKILL` loop on v1),
+//!    wait for `cgroup.procs` to empty, `rmdir`, all within a deadline.
+//!
+//! [`sweep_stale`] removes empty sandbox cgroups whose owner process is provably gone.
 pub mod detect;
+mod files;
+mod sweep;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
-use detect::Layout;
+pub use detect::{Controller, Layout};
+pub use files::{limit_writes, LimitWrite};
+pub use sweep::{sweep_stale, sweep_stale_in, OwnerMark};
+
+use crate::sys::janitor::{self, Janitor};
+
+/// Name of the parent directory airlock owns in every hierarchy.
+pub const PARENT_DIR: &str = "airlock";
+/// Extended attribute naming the owner process of a sandbox cgroup.
+pub const OWNER_XATTR: &str = "user.airlock.owner";
+/// Extended attribute marking the `airlock` parent directory.
+pub const PARENT_XATTR: &str = "user.airlock";
+
+/// Errors of cgroup management; each names the path that failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CgroupError {
+    #[error("cannot read the cgroup layout of this process: {0}")]
+    Detect(#[source] std::io::Error),
+    #[error(
+        "no cgroup hierarchy offers the memory, pids and cpu controllers (see `airlock doctor`)"
+    )]
+    NoControllers,
+    #[error("this user may not create cgroups in {path} (not delegated; see `airlock doctor`): {source}")]
+    NotDelegated {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(
+        "invalid sandbox cgroup name {name:?}: use 1-64 of [A-Za-z0-9._-], not starting with '.'"
+    )]
+    InvalidName { name: String },
+    #[error("cgroup {path} already exists")]
+    AlreadyExists { path: PathBuf },
+    #[error("cannot create cgroup {path}: {source}")]
+    Create {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot write {value:?} to {path}: {source}")]
+    Write {
+        path: PathBuf,
+        value: String,
+        source: std::io::Error,
+    },
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cgroup {path} still holds processes after {waited:?}")]
+    StillBusy { path: PathBuf, waited: Duration },
+    #[error("cannot remove cgroup {path}: {source}")]
+    Remove {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot start the cgroup janitor: {source}")]
+    Janitor { source: std::io::Error },
+}
+
+/// The limits to apply; `None` leaves that resource unlimited.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct CgroupLimits {
+    pub memory_bytes: Option<u64>,
+    pub pids_max: Option<u64>,
+    /// CPU bandwidth in CPUs (1.5 = one and a half CPUs' worth of time per period).
+    pub cpus: Option<f64>,
+}
+
+/// One hierarchy a sandbox cgroup lives in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hierarchy {
+    /// Where the `airlock` parent directory is created.
+    pub base: PathBuf,
+    /// Controllers this hierarchy provides (v1: the controllers of its mount; v2: all three).
+    pub controllers: Vec<Controller>,
+    pub v2: bool,
+}
 
 /// Directories in which airlock's `airlock` parent cgroup lives (one per hierarchy used), or
 /// `None` when no hierarchy offers memory, pids and cpu.
@@ -14,6 +116,11 @@ use detect::Layout;
 /// cgroup), or the root when we sit in it. v1: this process's cgroup in each controller's
 /// hierarchy, so sandbox limits nest inside whatever limits airlock itself runs under.
 pub fn base_dirs(layout: &Layout) -> Option<Vec<PathBuf>> {
+    hierarchies(layout).map(|hs| hs.into_iter().map(|h| h.base).collect())
+}
+
+/// The hierarchies a sandbox cgroup is created in, v2 preferred; see [`base_dirs`].
+pub fn hierarchies(layout: &Layout) -> Option<Vec<Hierarchy>> {
     if let (Some(v2), true) = (&layout.v2, layout.v2_missing().is_empty()) {
         let base = if v2.own_dir == v2.mount_point {
             v2.own_dir.clone()
@@ -22,16 +129,318 @@ pub fn base_dirs(layout: &Layout) -> Option<Vec<PathBuf>> {
                 .parent()
                 .map_or_else(|| v2.own_dir.clone(), PathBuf::from)
         };
-        return Some(vec![base]);
+        return Some(vec![Hierarchy {
+            base,
+            controllers: Controller::ALL.to_vec(),
+            v2: true,
+        }]);
     }
     if !layout.v1_missing().is_empty() {
         return None;
     }
-    let mut dirs: Vec<PathBuf> = Vec::new();
+    let mut out: Vec<Hierarchy> = Vec::new();
     for m in &layout.v1 {
-        if !dirs.contains(&m.own_dir) {
-            dirs.push(m.own_dir.clone());
+        match out.iter_mut().find(|h| h.base == m.own_dir) {
+            Some(h) => h.controllers.push(m.controller),
+            None => out.push(Hierarchy {
+                base: m.own_dir.clone(),
+                controllers: vec![m.controller],
+                v2: false,
+            }),
         }
     }
-    Some(dirs)
+    Some(out)
 }
+
+/// Checks a sandbox cgroup name: 1-64 of `[A-Za-z0-9._-]`, not starting with `.`.
+pub fn validate_name(name: &str) -> Result<(), CgroupError> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && !name.starts_with('.')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(CgroupError::InvalidName {
+            name: name.to_owned(),
+        })
+    }
+}
+
+/// A sandbox's cgroup in every hierarchy used. Not removed on drop: call [`Cgroup::destroy`]
+/// (and keep a [`Janitor`] for the case where airlock dies first).
+#[derive(Debug)]
+pub struct Cgroup {
+    name: String,
+    hierarchies: Vec<Hierarchy>,
+    dirs: Vec<PathBuf>,
+}
+
+fn is_permission(err: &std::io::Error) -> bool {
+    matches!(
+        err.raw_os_error(),
+        Some(libc::EACCES | libc::EPERM | libc::EROFS)
+    )
+}
+
+impl Cgroup {
+    /// Creates `name` with `limits` in the hierarchies this process can see.
+    pub fn create(name: &str, limits: &CgroupLimits) -> Result<Cgroup, CgroupError> {
+        let layout = Layout::detect().map_err(CgroupError::Detect)?;
+        let hierarchies = hierarchies(&layout).ok_or(CgroupError::NoControllers)?;
+        Self::create_in(hierarchies, name, limits)
+    }
+
+    /// Creates `name` in the given hierarchies (injectable for tests).
+    pub fn create_in(
+        hierarchies: Vec<Hierarchy>,
+        name: &str,
+        limits: &CgroupLimits,
+    ) -> Result<Cgroup, CgroupError> {
+        validate_name(name)?;
+        let mut cgroup = Cgroup {
+            name: name.to_owned(),
+            hierarchies,
+            dirs: Vec::new(),
+        };
+        if let Err(err) = cgroup.build(limits) {
+            cgroup.remove_dirs_now();
+            return Err(err);
+        }
+        Ok(cgroup)
+    }
+
+    fn build(&mut self, limits: &CgroupLimits) -> Result<(), CgroupError> {
+        let owner = OwnerMark::current().encode();
+        for h in self.hierarchies.clone() {
+            let dir = create_sandbox_dir(&h, &self.name)?;
+            self.dirs.push(dir.clone());
+            // Marking is best effort only for filesystems without user xattrs; the owner
+            // mark is what makes `sweep_stale` willing to remove the directory.
+            let _ = rustix::fs::setxattr(
+                &dir,
+                OWNER_XATTR,
+                owner.as_bytes(),
+                rustix::fs::XattrFlags::empty(),
+            );
+        }
+        for (hierarchy, dir) in self.hierarchies.iter().zip(&self.dirs) {
+            for write in limit_writes(hierarchy, limits, |f| dir.join(f).exists()) {
+                files::write_control(&dir.join(write.file), &write.value)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The sandbox's directories, one per hierarchy.
+    pub fn paths(&self) -> &[PathBuf] {
+        &self.dirs
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Moves `pid` (and, on v2 and v1 alike, its future children) into the cgroup.
+    pub fn add_pid(&self, pid: u32) -> Result<(), CgroupError> {
+        for dir in &self.dirs {
+            files::write_control(&dir.join("cgroup.procs"), &pid.to_string())?;
+        }
+        Ok(())
+    }
+
+    /// Pids currently in the cgroup (union over hierarchies).
+    pub fn pids(&self) -> Result<Vec<u32>, CgroupError> {
+        let mut all = Vec::new();
+        for dir in &self.dirs {
+            for pid in files::read_procs(dir)? {
+                if !all.contains(&pid) {
+                    all.push(pid);
+                }
+            }
+        }
+        Ok(all)
+    }
+
+    /// Number of OOM kills inside the cgroup so far (v2 `memory.events`, v1 `memory.oom_control`).
+    pub fn oom_kills(&self) -> Result<u64, CgroupError> {
+        for (h, dir) in self.hierarchies.iter().zip(&self.dirs) {
+            if h.controllers.contains(&Controller::Memory) {
+                let file = if h.v2 {
+                    "memory.events"
+                } else {
+                    "memory.oom_control"
+                };
+                let path = dir.join(file);
+                let text = std::fs::read_to_string(&path)
+                    .map_err(|source| CgroupError::Read { path, source })?;
+                return Ok(files::parse_key_value(&text, "oom_kill").unwrap_or(0));
+            }
+        }
+        Ok(0)
+    }
+
+    /// Starts the janitor that removes this cgroup when the returned handle's pipe closes
+    /// (dropped, or airlock killed).
+    pub fn spawn_janitor(&self, grace: Duration) -> Result<Janitor, CgroupError> {
+        janitor::spawn(&self.dirs, grace).map_err(|source| CgroupError::Janitor { source })
+    }
+
+    /// Kills every process in the cgroup and removes it, within `timeout`.
+    pub fn destroy(self, timeout: Duration) -> Result<(), CgroupError> {
+        let deadline = Instant::now() + timeout;
+        kill_all(&self.hierarchies, &self.dirs, deadline)?;
+        for dir in &self.dirs {
+            remove_dir(dir, deadline)?;
+        }
+        for h in &self.hierarchies {
+            // Best effort: succeeds only when no other sandbox uses the parent; a concurrent
+            // `create` retries its mkdir when the parent vanishes under it.
+            let _ = rustix::fs::rmdir(h.base.join(PARENT_DIR));
+        }
+        Ok(())
+    }
+
+    fn remove_dirs_now(&self) {
+        for dir in &self.dirs {
+            let _ = rustix::fs::rmdir(dir);
+        }
+    }
+}
+
+/// `mkdir` of the parent (marking it) and of the sandbox directory; retried when a concurrent
+/// `destroy` removed an empty parent between the two steps.
+fn create_sandbox_dir(h: &Hierarchy, name: &str) -> Result<PathBuf, CgroupError> {
+    let parent = h.base.join(PARENT_DIR);
+    let dir = parent.join(name);
+    for _ in 0..5 {
+        ensure_parent(h, &parent)?;
+        match rustix::fs::mkdir(&dir, rustix::fs::Mode::from_raw_mode(0o755)) {
+            Ok(()) => return Ok(dir),
+            Err(rustix::io::Errno::NOENT) => continue,
+            Err(rustix::io::Errno::EXIST) => return Err(CgroupError::AlreadyExists { path: dir }),
+            Err(e) => {
+                let source = std::io::Error::from(e);
+                return Err(if is_permission(&source) {
+                    CgroupError::NotDelegated {
+                        path: parent,
+                        source,
+                    }
+                } else {
+                    CgroupError::Create { path: dir, source }
+                });
+            }
+        }
+    }
+    Err(CgroupError::Create {
+        path: dir,
+        source: std::io::Error::from_raw_os_error(libc::ENOENT),
+    })
+}
+
+fn ensure_parent(h: &Hierarchy, parent: &Path) -> Result<(), CgroupError> {
+    match rustix::fs::mkdir(parent, rustix::fs::Mode::from_raw_mode(0o755)) {
+        Ok(()) => {
+            let _ = rustix::fs::setxattr(
+                parent,
+                PARENT_XATTR,
+                b"parent",
+                rustix::fs::XattrFlags::empty(),
+            );
+        }
+        Err(rustix::io::Errno::EXIST) => {}
+        Err(e) => {
+            let source = std::io::Error::from(e);
+            return Err(if is_permission(&source) {
+                CgroupError::NotDelegated {
+                    path: h.base.clone(),
+                    source,
+                }
+            } else {
+                CgroupError::Create {
+                    path: parent.to_path_buf(),
+                    source,
+                }
+            });
+        }
+    }
+    if h.v2 {
+        let enable = files::v2_enable_line(&h.controllers);
+        for dir in [h.base.as_path(), parent] {
+            let path = dir.join("cgroup.subtree_control");
+            if let Err(err) = files::write_control(&path, &enable) {
+                return Err(match err {
+                    CgroupError::Write { path, source, .. } if is_permission(&source) => {
+                        CgroupError::NotDelegated { path, source }
+                    }
+                    other => other,
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// SIGKILLs everything in the cgroup until it is empty or `deadline` passes.
+fn kill_all(
+    hierarchies: &[Hierarchy],
+    dirs: &[PathBuf],
+    deadline: Instant,
+) -> Result<(), CgroupError> {
+    if let Some((_, dir)) = hierarchies
+        .iter()
+        .zip(dirs)
+        .find(|(h, d)| h.v2 && d.join("cgroup.kill").exists())
+    {
+        files::write_control(&dir.join("cgroup.kill"), "1")?;
+    }
+    loop {
+        let mut any = false;
+        for dir in dirs {
+            for pid in files::read_procs(dir)? {
+                any = true;
+                janitor::kill_if_member(pid, dir);
+            }
+        }
+        if !any {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(CgroupError::StillBusy {
+                path: dirs[0].clone(),
+                waited: Duration::ZERO,
+            });
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// `rmdir` a cgroup, retrying while the kernel still reports it busy (exiting tasks).
+fn remove_dir(dir: &Path, deadline: Instant) -> Result<(), CgroupError> {
+    let start = Instant::now();
+    loop {
+        match rustix::fs::rmdir(dir) {
+            Ok(()) | Err(rustix::io::Errno::NOENT) => return Ok(()),
+            Err(rustix::io::Errno::BUSY) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(5))
+            }
+            Err(rustix::io::Errno::BUSY) => {
+                return Err(CgroupError::StillBusy {
+                    path: dir.to_path_buf(),
+                    waited: start.elapsed(),
+                })
+            }
+            Err(e) => {
+                return Err(CgroupError::Remove {
+                    path: dir.to_path_buf(),
+                    source: e.into(),
+                })
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,1 @@
+//! airlock-proxy: the host-side egress proxy.

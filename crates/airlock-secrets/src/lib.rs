@@ -1,0 +1,1 @@
+//! airlock-secrets: the host-side secret store.

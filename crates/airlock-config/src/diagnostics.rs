@@ -24,16 +24,49 @@ pub struct Diagnostic {
     pub message: String,
 }
 
+/// Human form: `<file>:<line>:<col>: <key>: <message>` (position and key omitted when
+/// unknown). Control characters are escaped: keys and messages quote file contents, which must
+/// not be able to drive the terminal (O1).
 impl fmt::Display for Diagnostic {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.file.display())?;
+        write!(f, "{}", Escaped(&self.file.display().to_string()))?;
         if self.line > 0 {
             write!(f, ":{}:{}", self.line, self.column)?;
         }
         if !self.key.is_empty() {
-            write!(f, ": {}", self.key)?;
+            write!(f, ": {}", Escaped(&self.key))?;
         }
-        write!(f, ": {}", self.message)
+        write!(f, ": {}", Escaped(&self.message))
+    }
+}
+
+/// Writes a string with control characters as `\u{..}` escapes.
+struct Escaped<'a>(&'a str);
+
+impl fmt::Display for Escaped<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for c in self.0.chars() {
+            if c.is_control() {
+                write!(f, "{}", c.escape_unicode())?;
+            } else {
+                write!(f, "{c}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A key as it appears in a dotted key path: bare when it is a TOML bare key
+/// (`A-Za-z0-9_-`), else quoted, so `network.hosts."db.local"` stays unambiguous.
+pub(crate) fn key_segment(key: &str) -> String {
+    let bare = !key.is_empty()
+        && key
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if bare {
+        key.to_owned()
+    } else {
+        format!("{key:?}")
     }
 }
 
@@ -97,6 +130,27 @@ fn to_u32(n: usize) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn display_escapes_control_characters_from_file_contents() {
+        let d = Diagnostic {
+            file: "/c.toml".into(),
+            key: "\u{1b}[2J".into(),
+            line: 1,
+            column: 1,
+            message: "unknown key `\u{1b}[2J`".into(),
+        };
+        let text = d.to_string();
+        assert!(!text.contains('\u{1b}'), "{text}");
+        assert!(text.contains("\\u{1b}[2J"), "{text}");
+    }
+
+    #[test]
+    fn key_segments_are_quoted_unless_bare() {
+        assert_eq!(key_segment("claude"), "claude");
+        assert_eq!(key_segment("db.local"), "\"db.local\"");
+        assert_eq!(key_segment(""), "\"\"");
+    }
 
     #[test]
     fn positions_are_one_based_lines_and_character_columns() {

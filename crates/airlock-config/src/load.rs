@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use sha2::{Digest, Sha256};
 
 use crate::agents::{self, AgentSpec};
-use crate::diagnostics::{ConfigErrors, Diagnostic};
+use crate::diagnostics::{key_segment, ConfigErrors, Diagnostic};
 use crate::effective::{
     Agent, DetachKey, Effective, Files, HomeMapping, Image, LoadedFile, Origin, Phase,
     ProvisionStep, Sourced, StepOwner, Workspace,
@@ -390,11 +390,13 @@ fn agent_settings(
     for (_, file) in &layers.files {
         for (name, settings) in &file.raw.agents {
             if agents::find(name).is_none() {
-                d.push(file.diag(&format!("agents.{name}"), unknown_agent(name)));
+                let key = format!("agents.{}", key_segment(name));
+                d.push(file.diag(&key, unknown_agent(name)));
             }
             for (i, a) in settings.args.iter().flatten().enumerate() {
                 if let Err(m) = values::arg(a) {
-                    d.push(file.diag(&format!("agents.{name}.args[{i}]"), m));
+                    let key = format!("agents.{}.args[{i}]", key_segment(name));
+                    d.push(file.diag(&key, m));
                 }
             }
         }

@@ -9,7 +9,7 @@
 use std::path::PathBuf;
 
 use crate::agents::AgentSpec;
-use crate::diagnostics::Diagnostic;
+use crate::diagnostics::{key_segment, Diagnostic};
 use crate::effective::{HostEntry, HostPort, Ignored, Network, Origin, Sourced};
 use crate::parse::ParsedFile;
 use crate::policy::{Action, HostMatch, HostPattern, Rule, RuleOrigin};
@@ -134,7 +134,7 @@ fn hosts(
     diags: &mut Vec<Diagnostic>,
 ) {
     for (name, address) in raw.hosts.iter().flatten() {
-        let key = format!("network.hosts.{name}");
+        let key = format!("network.hosts.{}", key_segment(name));
         let valid = matches!(
             HostPattern::parse(name).map(|p| (p.port(), p.host().clone())),
             Ok((None, HostMatch::Exact(_)))

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use serde::de::{DeserializeOwned, IntoDeserializer};
 use toml_edit::{ImDocument, Item, TableLike};
 
-use crate::diagnostics::{Diagnostic, LineIndex};
+use crate::diagnostics::{key_segment, Diagnostic, LineIndex};
 use crate::raw::{
     RawAgentSettings, RawConfig, RawHostPort, RawMount, RawNetwork, AGENT_KEYS, CONFIG_KEYS,
     HOST_PORT_KEYS, MOUNT_KEYS, NETWORK_KEYS,
@@ -118,8 +118,9 @@ struct Walker<'a> {
 }
 
 fn join(path: &str, key: &str) -> String {
+    let key = key_segment(key);
     if path.is_empty() {
-        key.to_owned()
+        key
     } else {
         format!("{path}.{key}")
     }
@@ -232,7 +233,7 @@ impl Walker<'_> {
         let table = self.table(item, &full)?;
         let mut out = BTreeMap::new();
         for (name, entry) in table.iter() {
-            let entry_path = format!("{full}.{name}");
+            let entry_path = join(&full, name);
             self.record(&entry_path, table.key(name).and_then(|k| k.span()), entry);
             if let Some(v) = self.value::<T>(entry, &entry_path) {
                 out.insert(name.to_owned(), v);
@@ -396,7 +397,7 @@ impl Walker<'_> {
     fn agents(&mut self, t: &dyn TableLike) -> BTreeMap<String, RawAgentSettings> {
         let mut out = BTreeMap::new();
         for (name, item) in t.iter() {
-            let path = format!("agents.{name}");
+            let path = join("agents", name);
             self.record(&path, t.key(name).and_then(|k| k.span()), item);
             let Some(at) = self.table(item, &path) else {
                 continue;

@@ -193,3 +193,10 @@ fn negative_memory_is_a_type_error_not_a_wrap_around() {
     let diags = w.user_errors("memory_mb = -1\n");
     assert_eq!(find(&diags, "memory_mb").line, 1);
 }
+
+#[test]
+fn dotted_names_are_quoted_in_key_paths() {
+    let w = World::new();
+    let diags = w.user_errors("[network.hosts]\n\"db.local\" = \"nope\"\n");
+    assert_eq!(find(&diags, "network.hosts.\"db.local\"").line, 2);
+}

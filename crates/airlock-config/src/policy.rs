@@ -302,6 +302,40 @@ pub fn normalize_host(host: &str) -> String {
     h.trim_start_matches('[').trim_end_matches(']').to_owned()
 }
 
+/// Parses a destination `HOST[:PORT]` as typed to `airlock policy check` (port default 443;
+/// IPv6 in brackets when a port follows). The host is normalized like [`Policy::decide`] does.
+pub fn parse_target(target: &str) -> Result<(String, u16), PatternError> {
+    let pattern = HostPattern::parse(target)?;
+    if !matches!(pattern.host, HostMatch::Exact(_) | HostMatch::Ip(_)) {
+        return Err(PatternError::Wildcard {
+            pattern: target.to_owned(),
+        });
+    }
+    let host = match &pattern.host {
+        HostMatch::Ip(ip) => ip.to_string(),
+        HostMatch::Exact(name) | HostMatch::OneLabel(name) | HostMatch::AnyDepth(name) => {
+            name.clone()
+        }
+    };
+    Ok((host, pattern.port.unwrap_or(443)))
+}
+
+/// The command that would allow `host:port` (for denials, N9): the port is omitted when it is
+/// one of the default ports.
+pub fn allow_command(host: &str, port: u16) -> String {
+    let host = normalize_host(host);
+    let host = if host.contains(':') {
+        format!("[{host}]")
+    } else {
+        host
+    };
+    if DEFAULT_PORTS.contains(&port) {
+        format!("airlock policy allow {host}")
+    } else {
+        format!("airlock policy allow {host}:{port}")
+    }
+}
+
 /// Whether a rule allows or denies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

@@ -236,3 +236,48 @@ proptest! {
         let _ = HostPattern::parse(&s);
     }
 }
+
+#[test]
+fn check_targets_parse_with_default_port_443_and_refuse_wildcards() {
+    use airlock_config::policy::parse_target;
+    assert_eq!(
+        parse_target("GitHub.com").unwrap(),
+        ("github.com".into(), 443)
+    );
+    assert_eq!(
+        parse_target("example.com:8080").unwrap(),
+        ("example.com".into(), 8080)
+    );
+    assert_eq!(parse_target("[::1]:5432").unwrap(), ("::1".into(), 5432));
+    assert!(parse_target("*.example.com").is_err());
+    assert!(parse_target("example.com:0").is_err());
+}
+
+#[test]
+fn denial_suggests_the_exact_allow_command() {
+    use airlock_config::policy::allow_command;
+    assert_eq!(
+        allow_command("Example.com.", 443),
+        "airlock policy allow example.com"
+    );
+    assert_eq!(
+        allow_command("example.com", 8443),
+        "airlock policy allow example.com:8443"
+    );
+    assert_eq!(
+        allow_command("::1", 5432),
+        "airlock policy allow [::1]:5432"
+    );
+    // What the command suggests really allows the request.
+    let p = Policy::new(
+        Preset::None,
+        vec![rule(
+            Action::Allow,
+            allow_command("example.com", 8443)
+                .rsplit(' ')
+                .next()
+                .unwrap(),
+        )],
+    );
+    assert!(p.decide("example.com", 8443).allowed);
+}

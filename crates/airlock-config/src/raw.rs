@@ -1,6 +1,6 @@
 //! Raw configuration types: exactly what the TOML files may contain, nothing checked beyond
-//! TOML types. The JSON Schema (C2) is generated from these same types, and the parser
-//! (the private `parse` module) deserializes every value through them, so schema and parser cannot drift.
+//! TOML types. The JSON Schema (C2) is generated from these same types, and the parser (the
+//! private `parse` module) deserializes every value through them, so they cannot drift.
 //!
 //! Both files share one shape ([`RawConfig`]). Keys marked *user config only* are rejected in a
 //! project's `.airlock/config.toml` (C6: a repository never chooses host mounts, credentials or

@@ -234,7 +234,7 @@ pub struct Printer {
 
 impl Printer {
     pub fn from_env(json: bool) -> Self {
-        let no_color = std::env::var_os("NO_COLOR");
+        let no_color = std::env::var_os(airlock_config::env_vars::NO_COLOR);
         Self {
             json,
             stdout_color: color_allowed(io::stdout().is_terminal(), no_color.as_deref()),

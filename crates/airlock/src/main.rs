@@ -67,7 +67,10 @@ fn print_outcome(printer: &Printer, outcome: Result<commands::Report, CommandErr
             for note in &report.notes {
                 printer.note(note);
             }
-            let status = report.failure.as_ref().map_or(0, CommandError::exit_code);
+            let status = match &report.failure {
+                Some(failure) => failure.exit_code(),
+                None => report.status.map_or(0, i32::from),
+            };
             let printed = match report.failure.take() {
                 None => printer.result(&report.doc, &report.json),
                 Some(failure) if printer.json => {

@@ -61,6 +61,10 @@ pub struct Report {
     pub failure: Option<CommandError>,
     /// Diagnostics for stderr (created files, warnings), printed before the result.
     pub notes: Vec<String>,
+    /// The exit status to end with when there is no failure: a guest command's own status for
+    /// `exec`/`run` (PRODUCT O5: 128+N when it died of signal N), set by the verb after its
+    /// cleanup so the process still ends through the normal output path. `None` means 0.
+    pub status: Option<u8>,
 }
 
 impl Report {
@@ -70,6 +74,7 @@ impl Report {
             json,
             failure: None,
             notes: Vec::new(),
+            status: None,
         }
     }
 

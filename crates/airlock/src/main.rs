@@ -74,10 +74,7 @@ fn print_outcome(printer: &Printer, outcome: Result<commands::Report, CommandErr
             let printed = match report.failure.take() {
                 None => printer.result(&report.doc, &report.json),
                 Some(failure) if printer.json => {
-                    if let Some(obj) = report.json.as_object_mut() {
-                        obj.insert("error".to_owned(), failure.to_json());
-                    }
-                    printer.result(&report.doc, &report.json)
+                    printer.result(&report.doc, &json_with_failure(report.json, &failure))
                 }
                 Some(failure) => printer
                     .result(&report.doc, &report.json)
@@ -101,6 +98,53 @@ fn print_outcome(printer: &Printer, outcome: Result<commands::Report, CommandErr
     }
 }
 
+/// The one JSON document of a result that still failed (e.g. `doctor` not ready): the result
+/// object with the error added under `"error"`, so scripts find it where every error is.
+fn json_with_failure(json: serde_json::Value, failure: &CommandError) -> serde_json::Value {
+    match json {
+        serde_json::Value::Object(mut obj) => {
+            obj.insert("error".to_owned(), failure.to_json());
+            serde_json::Value::Object(obj)
+        }
+        other => serde_json::json!({ "result": other, "error": failure.to_json() }),
+    }
+}
+
 fn exit_status(status: i32) -> ExitCode {
     ExitCode::from(u8::try_from(status).unwrap_or(u8::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::ErrorKind;
+
+    fn failure() -> CommandError {
+        CommandError::new(
+            ErrorKind::BackendUnavailable,
+            "backend.unavailable",
+            "no userns",
+        )
+    }
+
+    #[test]
+    fn failed_result_keeps_its_fields_and_gains_the_error() {
+        let v = json_with_failure(serde_json::json!({"ready": false}), &failure());
+        assert_eq!(v["ready"], false);
+        assert_eq!(v["error"]["code"], "backend.unavailable");
+    }
+
+    #[test]
+    fn failed_non_object_result_still_carries_the_error() {
+        let v = json_with_failure(serde_json::json!([1, 2]), &failure());
+        assert_eq!(v["result"], serde_json::json!([1, 2]));
+        assert_eq!(v["error"]["code"], "backend.unavailable");
+    }
+
+    #[test]
+    fn exit_statuses_beyond_a_byte_saturate_instead_of_wrapping_to_success() {
+        assert_eq!(exit_status(256), ExitCode::from(255));
+        assert_eq!(exit_status(-1), ExitCode::from(255));
+        assert_eq!(exit_status(130), ExitCode::from(130));
+    }
 }

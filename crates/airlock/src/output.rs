@@ -19,9 +19,11 @@ use std::path::Path;
 
 use crate::error::CommandError;
 
-/// Escapes control characters (C0, DEL, C1), Unicode bidirectional controls and backslash, so
-/// the result is one printable line that cannot move the cursor, change colors or reorder text.
-/// Backslash is escaped too, so the escaped form is unambiguous.
+/// Escapes control characters (C0, DEL, C1) and Unicode bidirectional controls, so the result
+/// is one printable line that cannot move the cursor, change colors or reorder text.
+/// Backslashes are left alone: library messages already quote values with Rust's `{:?}`
+/// (`"\u{1b}"`), and escaping those again would only garble them; what matters is that no
+/// control character reaches the terminal.
 pub fn escape_untrusted(s: &str) -> Cow<'_, str> {
     if !s.chars().any(needs_escape) {
         return Cow::Borrowed(s);
@@ -39,7 +41,7 @@ pub fn path_text(path: &Path) -> String {
 }
 
 fn needs_escape(c: char) -> bool {
-    c.is_control() || c == '\\' || is_bidi_control(c)
+    c.is_control() || is_bidi_control(c)
 }
 
 /// Bidirectional formatting characters ("Trojan Source", CVE-2021-42574).
@@ -49,7 +51,6 @@ fn is_bidi_control(c: char) -> bool {
 
 fn push_escaped(out: &mut String, c: char) {
     match c {
-        '\\' => out.push_str("\\\\"),
         '\n' => out.push_str("\\n"),
         '\r' => out.push_str("\\r"),
         '\t' => out.push_str("\\t"),
@@ -319,9 +320,8 @@ mod tests {
     }
 
     #[test]
-    fn escape_untrusted_is_unambiguous_for_backslashes() {
-        assert_eq!(escape_untrusted("\\x1b"), "\\\\x1b");
-        assert_ne!(escape_untrusted("\\x1b"), escape_untrusted("\x1b"));
+    fn escape_untrusted_leaves_already_quoted_text_readable() {
+        assert_eq!(escape_untrusted("\"a\\u{1b}b\""), "\"a\\u{1b}b\"");
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //!
 //! The project root is the enclosing git work tree's root, else the working directory. `init`
 //! refuses — changing nothing — when the directory tree already has a project: `.airlock/` in
-//! the working directory or any ancestor (an ancestor owns the project). The directory is
+//! the working directory or any ancestor (an ancestor owns the project); and when the root
+//! could never be a workspace (`/`, the home directory, a credential or airlock root). The directory is
 //! created with `mkdir` (fails if it appeared meanwhile) and the file with `O_EXCL`, so nothing
 //! existing is ever overwritten.
 
@@ -36,7 +37,18 @@ fn project_image(v: &str) -> Result<String, String> {
 }
 
 pub fn run(args: InitArgs, ctx: &Context) -> Result<Report, CommandError> {
+    let roots = ctx.roots()?;
     let root = init_root(&ctx.cwd)?;
+    // The project root becomes the workspace mapped read-write into the sandbox: refuse `/`,
+    // the home directory and credential roots here rather than leave a project `plan` rejects.
+    if let Some(reason) = airlock_config::mounts::sensitive_reason(&root, &roots) {
+        return Err(CommandError::new(
+            ErrorKind::Config,
+            "init.unsafe_root",
+            format!("{} cannot be a project: {reason}", root.display()),
+        )
+        .with_hint("run `airlock init` in the project's own directory (e.g. a git work tree)"));
+    }
     let template =
         airlock_config::templates::project_template(args.agent.as_deref(), args.image.as_deref());
     let dir = root.join(PROJECT_DIR);

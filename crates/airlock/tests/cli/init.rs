@@ -88,3 +88,20 @@ fn init_json_names_the_created_file() {
             .as_ref()
     );
 }
+
+#[test]
+fn init_refuses_to_make_the_home_directory_a_project() {
+    let env = TestEnv::new();
+    let run = env.run_in(&env.home, &["init"]);
+    run.assert_code(2);
+    assert!(run.stderr.contains("home directory"), "{}", run.stderr);
+    assert!(!env.home.join(".airlock").exists());
+}
+
+#[test]
+fn init_refuses_inside_a_credential_root() {
+    let env = TestEnv::new();
+    let ssh = env.dir(".ssh/keys");
+    env.run_in(&ssh, &["init"]).assert_code(2);
+    assert!(!ssh.join(".airlock").exists());
+}

@@ -49,20 +49,66 @@ impl Context {
     }
 }
 
-/// Creates `dir` (one of airlock's roots) as a private 0700 directory, verifying every
-/// component below its anchor: `$HOME` when `dir` lies beneath it, else the XDG base directory
-/// the root was derived from (created with default permissions if missing, like any XDG base).
+/// Creates `dir` — one of airlock's roots (`~/.config/airlock`) or a directory below one — as
+/// a private 0700 directory, checking every component from the XDG base directory down: the
+/// airlock root and everything below it must be real directories, owned by the user and not
+/// writable by others. The XDG base itself (`~/.config`) is the anchor: created with default
+/// permissions when missing, like any XDG base, and not held to that rule (with private user
+/// groups, `umask 002`, a group-writable `~/.config` is normal).
 pub fn ensure_root(roots: &Roots, dir: &Path) -> Result<(), CommandError> {
-    let anchor = if dir.starts_with(&roots.home) {
-        roots.home.clone()
-    } else {
-        let base = dir.parent().unwrap_or(Path::new("/")).to_path_buf();
-        std::fs::create_dir_all(&base).map_err(|e| {
-            CommandError::internal("dir.io", format!("cannot create {}: {e}", base.display()))
-                .with_hint("check the permissions of that directory")
-        })?;
-        base
-    };
-    airlock_core::ensure_private_dir(dir, &anchor)?;
+    let base = anchor_for(roots, dir);
+    std::fs::create_dir_all(&base).map_err(|e| {
+        CommandError::internal("dir.io", format!("cannot create {}: {e}", base.display()))
+            .with_hint("check the permissions of that directory")
+    })?;
+    airlock_core::ensure_private_dir(dir, &base)?;
     Ok(())
+}
+
+/// The XDG base above the outermost airlock root containing `dir` (so `<state>/run`, the
+/// runtime fallback, is checked from `$XDG_STATE_HOME` down); `dir`'s parent otherwise.
+fn anchor_for(roots: &Roots, dir: &Path) -> PathBuf {
+    roots
+        .own_roots()
+        .into_iter()
+        .filter(|r| dir.starts_with(r))
+        .min_by_key(|r| r.components().count())
+        .unwrap_or(dir)
+        .parent()
+        .unwrap_or(Path::new("/"))
+        .to_path_buf()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn roots() -> Roots {
+        Roots::from_env(|k| match k {
+            "HOME" => Some("/home/ana".into()),
+            _ => None,
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn each_root_is_anchored_at_its_xdg_base() {
+        let r = roots();
+        assert_eq!(anchor_for(&r, &r.config), Path::new("/home/ana/.config"));
+        assert_eq!(anchor_for(&r, &r.state), Path::new("/home/ana/.local/state"));
+    }
+
+    #[test]
+    fn runtime_fallback_below_state_is_checked_from_the_state_base() {
+        let r = roots();
+        assert!(r.runtime.starts_with(&r.state));
+        assert_eq!(anchor_for(&r, &r.runtime), Path::new("/home/ana/.local/state"));
+    }
+
+    #[test]
+    fn directories_below_a_root_share_its_anchor() {
+        let r = roots();
+        let sub = r.state.join("sandboxes/demo");
+        assert_eq!(anchor_for(&r, &sub), Path::new("/home/ana/.local/state"));
+    }
 }

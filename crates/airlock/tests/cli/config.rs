@@ -104,3 +104,24 @@ fn config_on_a_terminal_without_an_editor_prints_the_path() {
         run.stdout
     );
 }
+
+#[test]
+fn config_refuses_a_config_directory_others_can_write() {
+    let env = TestEnv::new();
+    let dir = env.config_home().join("airlock");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let run = env.run(&["config"]);
+    run.assert_code(1);
+    assert!(run.stderr.contains("chmod go-w"), "{}", run.stderr);
+    assert!(!env.user_config().exists());
+}
+
+#[test]
+fn config_accepts_a_group_writable_xdg_base_of_private_user_groups() {
+    let env = TestEnv::new();
+    std::fs::create_dir_all(env.config_home()).unwrap();
+    std::fs::set_permissions(env.config_home(), std::fs::Permissions::from_mode(0o775)).unwrap();
+    env.run(&["config"]).assert_code(0);
+    assert_eq!(mode(&env.config_home().join("airlock")), 0o700);
+}

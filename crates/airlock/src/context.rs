@@ -95,14 +95,20 @@ mod tests {
     fn each_root_is_anchored_at_its_xdg_base() {
         let r = roots();
         assert_eq!(anchor_for(&r, &r.config), Path::new("/home/ana/.config"));
-        assert_eq!(anchor_for(&r, &r.state), Path::new("/home/ana/.local/state"));
+        assert_eq!(
+            anchor_for(&r, &r.state),
+            Path::new("/home/ana/.local/state")
+        );
     }
 
     #[test]
     fn runtime_fallback_below_state_is_checked_from_the_state_base() {
         let r = roots();
         assert!(r.runtime.starts_with(&r.state));
-        assert_eq!(anchor_for(&r, &r.runtime), Path::new("/home/ana/.local/state"));
+        assert_eq!(
+            anchor_for(&r, &r.runtime),
+            Path::new("/home/ana/.local/state")
+        );
     }
 
     #[test]

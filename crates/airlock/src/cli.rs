@@ -9,7 +9,7 @@ use std::ffi::OsString;
 use clap::error::ErrorKind as ClapErrorKind;
 use clap::Parser;
 
-use crate::commands::version::LONG_VERSION;
+use crate::commands::version::{self, LONG_VERSION};
 use crate::commands::Command;
 use crate::error::{exit_code, CommandError, ErrorKind};
 use crate::output::Printer;
@@ -42,7 +42,16 @@ pub fn report_parse_error(err: &clap::Error, printer: &Printer) -> i32 {
         err.kind(),
         ClapErrorKind::DisplayHelp | ClapErrorKind::DisplayVersion
     ) {
-        let _ = err.print();
+        if printer.json {
+            // Still exactly one JSON document on stdout (O2).
+            let doc = match err.kind() {
+                ClapErrorKind::DisplayVersion => version::json(),
+                _ => serde_json::json!({ "help": err.render().to_string() }),
+            };
+            let _ = printer.result(&crate::output::Doc::new(), &doc);
+        } else {
+            let _ = err.print();
+        }
         return 0;
     }
     let usage = usage_error(err);

@@ -33,10 +33,14 @@ pub fn run(_args: VersionArgs, _ctx: &Context) -> Result<Report, CommandError> {
         .field(1, "version", VERSION)
         .field(1, "build", BUILD_LABEL)
         .field(1, "revision", REVISION);
-    let json = serde_json::json!({
+    Ok(Report::new(doc, json()))
+}
+
+/// The JSON form of the version (also what `airlock --json --version` prints).
+pub fn json() -> serde_json::Value {
+    serde_json::json!({
         "version": VERSION,
         "build": BUILD_LABEL,
         "revision": REVISION,
-    });
-    Ok(Report::new(doc, json))
+    })
 }

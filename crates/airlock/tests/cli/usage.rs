@@ -133,3 +133,14 @@ fn color_on_a_terminal_unless_no_color_is_set() {
         "NO_COLOR ignored by usage errors: {plain:?}"
     );
 }
+
+#[test]
+fn help_and_version_flags_with_json_still_print_one_json_document() {
+    let env = TestEnv::new();
+    let v = env.run(&["--json", "--version"]);
+    v.assert_code(0);
+    assert_eq!(v.json()["version"], env!("CARGO_PKG_VERSION"));
+    let h = env.run(&["plan", "--help", "--json"]);
+    h.assert_code(0);
+    assert!(h.json()["help"].as_str().unwrap().contains("--memory-mb"));
+}

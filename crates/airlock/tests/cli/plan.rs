@@ -165,3 +165,24 @@ fn hostile_config_values_cannot_drive_the_terminal() {
     assert!(!run.stdout.contains('\x1b'), "{:?}", run.stdout);
     assert!(!run.stderr.contains('\x1b'), "{:?}", run.stderr);
 }
+
+#[test]
+fn hostile_project_path_is_escaped_in_human_output() {
+    let env = TestEnv::new();
+    let project = env.git_project("src/demo\x1b]0;owned\x07\n");
+    let init = env.run_in(&project, &["init"]);
+    init.assert_code(0);
+    let plan = env.run_in(&project, &["plan"]);
+    plan.assert_code(0);
+    for out in [&init.stdout, &plan.stdout, &plan.stderr] {
+        assert!(!out.contains('\x1b') && !out.contains('\x07'), "{out:?}");
+    }
+    assert!(
+        plan.stdout.contains("demo\\x1b]0;owned\\x07\\n"),
+        "{}",
+        plan.stdout
+    );
+    // JSON keeps the real path (JSON escaping makes it safe).
+    let v = env.run_in(&project, &["plan", "--json"]).json();
+    assert_eq!(v["project"]["root"], project.to_string_lossy().as_ref());
+}

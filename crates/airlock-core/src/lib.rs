@@ -6,14 +6,22 @@
 //! - [`state`]: revisioned JSON records with compare-and-swap ([`StateStore`]).
 //! - [`lock`]: the per-sandbox `flock` with bounded waiting and holder identity ([`SandboxLock`]).
 //! - [`trust`]: which projects may widen network policy ([`TrustStore`]).
+//! - [`names`], [`records`], [`ownership`], [`backend`], [`lifecycle`]: sandbox identity, the
+//!   lifecycle's records, ownership proofs (R2), the backend boundary (§13) and the operations
+//!   `up`, `down`, `clean`, `status` (§4).
 //!
 //! Invariant across modules: reading never creates or changes anything on disk, so read-only
 //! commands (`plan`, `status`) can use the same types as mutating ones.
 
 pub mod atomic;
+pub mod backend;
 mod flock_wait;
+pub mod lifecycle;
 pub mod lock;
+pub mod names;
+pub mod ownership;
 pub mod private_dir;
+pub mod records;
 pub mod state;
 pub mod trust;
 

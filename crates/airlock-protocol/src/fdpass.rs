@@ -74,7 +74,15 @@ pub fn open_stream(control: BorrowedFd<'_>) -> Result<UnixStream, FdPassError> {
         None,
     )
     .map_err(sys("socketpair"))?;
-    let fds = [theirs.as_fd()];
+    send_stream(control, theirs.as_fd())?;
+    // `theirs` is closed here: the guest holds its own reference now.
+    Ok(UnixStream::from(ours))
+}
+
+/// Hands an already connected stream (e.g. a client accepted on a host-side listening socket)
+/// to the guest over `control`; the guest serves it exactly like one from [`open_stream`].
+pub fn send_stream(control: BorrowedFd<'_>, stream: BorrowedFd<'_>) -> Result<(), FdPassError> {
+    let fds = [stream];
     let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
     let mut ancillary = SendAncillaryBuffer::new(&mut space);
     let pushed = ancillary.push(SendAncillaryMessage::ScmRights(&fds));
@@ -86,8 +94,7 @@ pub fn open_stream(control: BorrowedFd<'_>) -> Result<UnixStream, FdPassError> {
         SendFlags::NOSIGNAL,
     )
     .map_err(sys("sendmsg"))?;
-    // `theirs` is closed here: the guest holds its own reference now.
-    Ok(UnixStream::from(ours))
+    Ok(())
 }
 
 /// Receives the next stream descriptor from `control`. `Ok(None)` means the peer closed the

@@ -19,7 +19,7 @@ pub mod message;
 pub mod version;
 
 pub use client::{ClientError, ExecClient, ExecController, ExitStatus};
-pub use fdpass::{control_socketpair, open_stream, recv_stream, FdPassError};
+pub use fdpass::{control_socketpair, open_stream, recv_stream, send_stream, FdPassError};
 pub use frame::{FrameError, FrameKind, MAX_FRAME_LEN};
 pub use handshake::{guest_handshake, host_handshake, HandshakeError, Key};
 pub use message::{

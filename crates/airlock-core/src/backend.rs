@@ -1,0 +1,122 @@
+//! The backend boundary (PRODUCT §13): how lifecycle orchestration reaches sandboxes without
+//! naming a backend. Core decides *what* happens (reuse, refuse, create, stop, clean) and
+//! records it; a [`Backend`] does it and proves ownership before it touches anything.
+//!
+//! Order a backend is driven in by `up`: [`Backend::prepare`] (directories with markers, the
+//! start request) → [`Backend::start`] (spawn the owner process; its identity is recorded at
+//! once, so a crash right after still leaves a provable trail) → [`Starting::wait`] (until the
+//! guest is ready, bounded, cancellable). `down`: [`Backend::stop`] then [`Backend::remove`].
+
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use crate::ownership::Liveness;
+use crate::records::{ProcessIdentity, SandboxRecord};
+
+/// A backend failure; `what` names the step, `detail` the cause.
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    /// The host cannot run this backend (missing kernel feature, permissions).
+    #[error("{what}: {detail}")]
+    Unavailable { what: String, detail: String },
+    /// The sandbox failed to start or the guest reported an error.
+    #[error("{what}: {detail}")]
+    Failed { what: String, detail: String },
+    /// Host I/O on a named path failed.
+    #[error("{what} {path}: {source}")]
+    Io {
+        what: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The sandbox did not become ready before the deadline.
+    #[error("the sandbox was not ready after {waited:?}")]
+    Timeout { waited: Duration },
+    /// The user cancelled while waiting.
+    #[error("cancelled while {while_doing}")]
+    Cancelled { while_doing: &'static str },
+}
+
+/// What `wait` learned once the guest is ready.
+#[derive(Debug, Clone)]
+pub struct Ready {
+    /// The sandbox's PID 1 as seen on the host.
+    pub guest: ProcessIdentity,
+    /// Backend facts to keep in the record (opaque above the boundary).
+    pub backend_data: serde_json::Value,
+    /// Milliseconds per backend phase.
+    pub timings: Vec<(String, u64)>,
+}
+
+/// A sandbox whose owner process was spawned and is coming up.
+pub trait Starting {
+    /// The owner process, proven at spawn time.
+    fn owner(&self) -> &ProcessIdentity;
+    /// Waits until the guest is ready, `deadline` passes, or `cancelled()` turns true.
+    fn wait(
+        &mut self,
+        deadline: Instant,
+        cancelled: &dyn Fn() -> bool,
+    ) -> Result<Ready, BackendError>;
+}
+
+/// The observable state of a recorded sandbox.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Inspection {
+    pub owner: Liveness,
+    pub guest: Liveness,
+    /// Bytes used by the sandbox's writable state on the host, when measurable.
+    pub disk_bytes: Option<u64>,
+    /// Why the owner stopped, when it left a note.
+    pub exit_note: Option<String>,
+}
+
+/// What `stop` did.
+#[derive(Debug, Clone, Default)]
+pub struct StopReport {
+    /// Needed SIGKILL after the grace period.
+    pub killed: bool,
+    /// Processes left alone because their identity did not match the record.
+    pub unmanaged: Vec<String>,
+}
+
+/// What `remove` freed and left.
+#[derive(Debug, Clone, Default)]
+pub struct Freed {
+    pub removed: Vec<PathBuf>,
+    pub bytes: u64,
+    /// Paths left alone, with the reason ownership could not be proven.
+    pub left: Vec<(PathBuf, String)>,
+}
+
+/// An authenticated-channel endpoint: a connected stream and the key that proves the epoch.
+pub struct Channel {
+    pub stream: UnixStream,
+    pub key: Vec<u8>,
+}
+
+/// One kind of sandbox runtime.
+pub trait Backend {
+    /// The backend's start description, built by the caller from the validated plan.
+    type Spec;
+
+    /// The backend's name, kept in each record it creates.
+    fn name(&self) -> &'static str;
+    /// Creates the sandbox's directories (with ownership markers) and its start request.
+    fn prepare(&self, record: &SandboxRecord, spec: &Self::Spec) -> Result<(), BackendError>;
+    /// Spawns the sandbox's owner process.
+    fn start(&self, record: &SandboxRecord) -> Result<Box<dyn Starting + '_>, BackendError>;
+    /// Observes the sandbox without changing it.
+    fn inspect(&self, record: &SandboxRecord) -> Inspection;
+    /// Stops the sandbox, bounded: orderly first, then forced; ownership-checked.
+    fn stop(&self, record: &SandboxRecord, grace: Duration) -> Result<StopReport, BackendError>;
+    /// Removes what the sandbox left on the host, after proving each piece is ours.
+    fn remove(&self, record: &SandboxRecord) -> Result<Freed, BackendError>;
+    /// Opens a control channel to the ready guest.
+    fn connect(&self, record: &SandboxRecord) -> Result<Channel, BackendError>;
+    /// Directories under the backend's roots that no record names (for `clean`), with the
+    /// marker content each one carries, if any.
+    fn orphans(&self, known: &[&SandboxRecord]) -> Vec<(PathBuf, Option<String>)>;
+}

@@ -1,0 +1,490 @@
+//! The lifecycle operations. Each mutating one runs, in order: lock (bounded wait) → mark a
+//! dead predecessor `interrupted` → stale cleanup of this sandbox and, where their locks are
+//! free, of every other one (PRODUCT L9: the same code `clean` runs) → its own work, recording
+//! each phase in the operation record before the phase's first side effect.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use super::{assess, diff_plans, Health, LifecycleError, OperationLog, Stores};
+use crate::backend::{Backend, BackendError, Freed, Inspection};
+use crate::lock::LockError;
+use crate::names::SandboxName;
+use crate::ownership::{self, Liveness};
+use crate::records::{
+    now_ms, Epoch, OperationKind, OperationRecord, OperationResult, Phase, PlanSummary,
+    SandboxPaths, SandboxRecord,
+};
+
+/// Told when each phase starts (progress output; test crash points).
+pub trait Observer {
+    fn phase(&mut self, phase: &str);
+}
+
+/// Everything `up` needs, validated by the caller.
+pub struct UpRequest<S> {
+    pub name: SandboxName,
+    pub project_root: PathBuf,
+    pub plan: PlanSummary,
+    pub spec: S,
+    pub paths: SandboxPaths,
+    pub lock_wait: Duration,
+    /// Bound on waiting for the sandbox to become ready.
+    pub timeout: Duration,
+}
+
+/// What `up` did.
+#[derive(Debug)]
+pub struct UpOutcome {
+    pub record: SandboxRecord,
+    /// An exact ready sandbox was reused (its epoch is unchanged).
+    pub reused: bool,
+    /// A previous operation found dead and marked `interrupted`.
+    pub interrupted: Option<OperationRecord>,
+    pub cleaned: CleanOutcome,
+    /// The operation record as finished (phase timings).
+    pub operation: OperationRecord,
+}
+
+/// What `down` did.
+#[derive(Debug)]
+pub struct DownOutcome {
+    /// Health before `down`.
+    pub was: Health,
+    pub killed: bool,
+    pub freed: Freed,
+    pub interrupted: Option<OperationRecord>,
+    pub cleaned: CleanOutcome,
+}
+
+/// What a cleanup pass did.
+#[derive(Debug, Default)]
+pub struct CleanOutcome {
+    pub cleaned: Vec<(SandboxName, Health, Freed)>,
+    /// Sandboxes left alone, with the reason (running, busy).
+    pub skipped: Vec<(SandboxName, String)>,
+    /// Paths nobody can prove are ours.
+    pub unmanaged: Vec<(PathBuf, String)>,
+}
+
+/// `status` (PRODUCT L5).
+#[derive(Debug)]
+pub struct StatusReport {
+    pub name: SandboxName,
+    pub health: Health,
+    pub record: Option<SandboxRecord>,
+    /// The latest operation; a `running` one whose process is gone shows as `interrupted`.
+    pub operation: Option<OperationRecord>,
+    pub inspection: Option<Inspection>,
+    pub warnings: Vec<String>,
+    pub next: String,
+}
+
+fn random_hex(bytes: usize) -> Result<String, LifecycleError> {
+    let mut buf = vec![0u8; bytes];
+    getrandom::getrandom(&mut buf).map_err(|e| {
+        LifecycleError::Backend(BackendError::Failed {
+            what: "getrandom".into(),
+            detail: e.to_string(),
+        })
+    })?;
+    Ok(hex::encode(buf))
+}
+
+/// Health of a record seen by the holder of its lock: a `starting` record cannot have a live
+/// creator (it would hold the lock), so it is stale.
+fn assess_locked(record: &SandboxRecord, seen: &Inspection) -> Health {
+    match record.phase {
+        Phase::Starting => Health::Stale,
+        Phase::Ready => assess(Some(record), None, Some(seen)),
+    }
+}
+
+/// Stops and removes one sandbox whose lock we hold, if it is not healthy. `Ok(None)`: absent
+/// or healthy, nothing done.
+fn cleanup_locked<B: Backend>(
+    stores: &Stores,
+    backend: &B,
+    name: &SandboxName,
+    grace: Duration,
+) -> Result<Option<(Health, Freed)>, LifecycleError> {
+    let Some(rec) = stores.record(name)? else {
+        return Ok(None);
+    };
+    let seen = backend.inspect(&rec.data);
+    let health = assess_locked(&rec.data, &seen);
+    match health {
+        Health::Ready | Health::Absent | Health::Starting => return Ok(None),
+        Health::Stale | Health::Stopped | Health::Failed => {}
+    }
+    let freed = discard(stores, backend, name, rec, grace, health)?;
+    Ok(Some((health, freed)))
+}
+
+/// Stop, remove, delete the record; a leftover that cannot be proven ours keeps the record
+/// (so nothing is forgotten) and fails with [`LifecycleError::Blocked`].
+fn discard<B: Backend>(
+    stores: &Stores,
+    backend: &B,
+    name: &SandboxName,
+    rec: crate::Record<SandboxRecord>,
+    grace: Duration,
+    health: Health,
+) -> Result<Freed, LifecycleError> {
+    let stop = backend.stop(&rec.data, grace)?;
+    let freed = backend.remove(&rec.data)?;
+    let mut left: Vec<String> = stop.unmanaged.clone();
+    left.extend(
+        freed
+            .left
+            .iter()
+            .map(|(p, why)| format!("{}: {why}", p.display())),
+    );
+    if !left.is_empty() {
+        return Err(LifecycleError::Blocked {
+            name: name.clone(),
+            health,
+            detail: left.join("; "),
+        });
+    }
+    stores.sandboxes.remove(name.as_str(), rec.revision)?;
+    Ok(freed)
+}
+
+/// Stale cleanup of every other sandbox whose lock is free right now.
+fn cleanup_others<B: Backend>(
+    stores: &Stores,
+    backend: &B,
+    except: Option<&SandboxName>,
+    grace: Duration,
+) -> Result<CleanOutcome, LifecycleError> {
+    let mut out = CleanOutcome::default();
+    for name in stores.names()? {
+        if Some(&name) == except {
+            continue;
+        }
+        let _guard = match stores.lock(&name, Duration::ZERO) {
+            Ok(g) => g,
+            Err(LifecycleError::Lock(LockError::Busy { pid, .. })) => {
+                let holder = pid.map_or_else(|| "another command".into(), |p| format!("pid {p}"));
+                out.skipped.push((name, format!("in use by {holder}")));
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        match clean_one(stores, backend, &name, grace) {
+            Ok(Some((health, freed))) => out.cleaned.push((name, health, freed)),
+            Ok(None) => {}
+            Err(LifecycleError::Blocked { detail, .. }) => out.skipped.push((name, detail)),
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(out)
+}
+
+/// Cleans one locked sandbox, recording a `clean` operation only when there is work.
+fn clean_one<B: Backend>(
+    stores: &Stores,
+    backend: &B,
+    name: &SandboxName,
+    grace: Duration,
+) -> Result<Option<(Health, Freed)>, LifecycleError> {
+    let Some(rec) = stores.record(name)? else {
+        return Ok(None);
+    };
+    if matches!(
+        assess_locked(&rec.data, &backend.inspect(&rec.data)),
+        Health::Ready
+    ) {
+        return Ok(None);
+    }
+    let (mut log, _) = OperationLog::begin(stores, name, OperationKind::Clean)?;
+    log.phase("cleanup")?;
+    match cleanup_locked(stores, backend, name, grace) {
+        Ok(done) => {
+            log.finish(OperationResult::Succeeded)?;
+            Ok(done)
+        }
+        Err(e) => {
+            log.finish(OperationResult::Failed {
+                message: e.to_string(),
+            })?;
+            Err(e)
+        }
+    }
+}
+
+/// Grace period between the orderly stop request and SIGKILL.
+pub const STOP_GRACE: Duration = Duration::from_secs(3);
+
+/// `up`: reuse the exact ready sandbox, refuse a different one, or create it (PRODUCT L1).
+pub fn up<B: Backend>(
+    stores: &Stores,
+    backend: &B,
+    req: UpRequest<B::Spec>,
+    obs: &mut dyn Observer,
+    cancelled: &dyn Fn() -> bool,
+) -> Result<UpOutcome, LifecycleError> {
+    obs.phase("lock");
+    let _guard = stores.lock(&req.name, req.lock_wait)?;
+    let (mut log, interrupted) = OperationLog::begin(stores, &req.name, OperationKind::Up)?;
+    let result = up_locked(stores, backend, &req, &mut log, obs, cancelled);
+    match result {
+        Ok((record, reused, cleaned)) => {
+            let operation = log.finish(OperationResult::Succeeded)?;
+            Ok(UpOutcome {
+                record,
+                reused,
+                interrupted,
+                cleaned,
+                operation,
+            })
+        }
+        Err(e) => {
+            let result = match &e {
+                LifecycleError::Cancelled { .. } => OperationResult::Cancelled,
+                _ => OperationResult::Failed {
+                    message: e.to_string(),
+                },
+            };
+            log.finish(result)?;
+            Err(e)
+        }
+    }
+}
+
+type UpResult = (SandboxRecord, bool, CleanOutcome);
+
+fn up_locked<B: Backend>(
+    stores: &Stores,
+    backend: &B,
+    req: &UpRequest<B::Spec>,
+    log: &mut OperationLog<'_>,
+    obs: &mut dyn Observer,
+    cancelled: &dyn Fn() -> bool,
+) -> Result<UpResult, LifecycleError> {
+    let step = |log: &mut OperationLog<'_>, obs: &mut dyn Observer, phase: &str| {
+        log.phase(phase)?;
+        obs.phase(phase);
+        if cancelled() {
+            return Err(LifecycleError::Cancelled {
+                left: "nothing was created".into(),
+            });
+        }
+        Ok::<(), LifecycleError>(())
+    };
+    step(log, obs, "cleanup")?;
+    let mut cleaned = cleanup_others(stores, backend, Some(&req.name), STOP_GRACE)?;
+    if let Some((health, freed)) = cleanup_locked(stores, backend, &req.name, STOP_GRACE)? {
+        cleaned.cleaned.push((req.name.clone(), health, freed));
+    }
+    if let Some(rec) = stores.record(&req.name)? {
+        let differences = diff_plans(&rec.data.plan, &req.plan);
+        if differences.is_empty() {
+            return Ok((rec.data, true, cleaned));
+        }
+        return Err(LifecycleError::PlanChanged {
+            name: req.name.clone(),
+            differences,
+        });
+    }
+    step(log, obs, "prepare")?;
+    let mut record = SandboxRecord {
+        name: req.name.clone(),
+        project_root: req.project_root.clone(),
+        backend: backend.name().into(),
+        plan: req.plan.clone(),
+        epoch: Epoch {
+            instance: random_hex(8)?,
+            boot_nonce: random_hex(8)?,
+        },
+        phase: Phase::Starting,
+        keeper: None,
+        guest: None,
+        created_ms: now_ms(),
+        ready_ms: None,
+        paths: req.paths.clone(),
+        backend_data: serde_json::Value::Null,
+    };
+    let mut revision = stores.sandboxes.write(req.name.as_str(), None, &record)?;
+    let created = create(stores, backend, req, log, obs, cancelled, &mut record, &mut revision);
+    match created {
+        Ok(()) => Ok((record, false, cleaned)),
+        Err(e) => {
+            // Roll back whatever exists; the record names all of it.
+            let _ = log.phase("rollback");
+            obs.phase("rollback");
+            let rec = crate::Record {
+                revision,
+                data: record,
+            };
+            match discard(stores, backend, &req.name, rec, STOP_GRACE, Health::Failed) {
+                Ok(_) => Err(e),
+                Err(rollback) => Err(LifecycleError::Blocked {
+                    name: req.name.clone(),
+                    health: Health::Failed,
+                    detail: format!("{e}; rolling back failed: {rollback}"),
+                }),
+            }
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn create<B: Backend>(
+    stores: &Stores,
+    backend: &B,
+    req: &UpRequest<B::Spec>,
+    log: &mut OperationLog<'_>,
+    obs: &mut dyn Observer,
+    cancelled: &dyn Fn() -> bool,
+    record: &mut SandboxRecord,
+    revision: &mut u64,
+) -> Result<(), LifecycleError> {
+    let gone = |what: &str| LifecycleError::Cancelled {
+        left: format!("cancelled while {what}; nothing is left running"),
+    };
+    backend.prepare(record, &req.spec)?;
+    log.phase("start")?;
+    obs.phase("start");
+    if cancelled() {
+        return Err(gone("preparing"));
+    }
+    let mut starting = backend.start(record)?;
+    record.keeper = Some(starting.owner().clone());
+    *revision = stores
+        .sandboxes
+        .write(req.name.as_str(), Some(*revision), record)?;
+    log.phase("wait")?;
+    obs.phase("wait");
+    let ready = match starting.wait(Instant::now() + req.timeout, cancelled) {
+        Ok(r) => r,
+        Err(BackendError::Cancelled { while_doing }) => return Err(gone(while_doing)),
+        Err(e) => return Err(e.into()),
+    };
+    drop(starting);
+    log.add_timings(&ready.timings);
+    log.phase("record")?;
+    obs.phase("record");
+    record.phase = Phase::Ready;
+    record.guest = Some(ready.guest);
+    record.backend_data = ready.backend_data;
+    record.ready_ms = Some(now_ms());
+    *revision = stores
+        .sandboxes
+        .write(req.name.as_str(), Some(*revision), record)?;
+    Ok(())
+}
+
+/// `down` (PRODUCT L6): idempotent, bounded, ownership-checked.
+pub fn down<B: Backend>(
+    stores: &Stores,
+    backend: &B,
+    name: &SandboxName,
+    lock_wait: Duration,
+) -> Result<DownOutcome, LifecycleError> {
+    let _guard = stores.lock(name, lock_wait)?;
+    let (mut log, interrupted) = OperationLog::begin(stores, name, OperationKind::Down)?;
+    let result = (|| -> Result<(Health, bool, Freed, CleanOutcome), LifecycleError> {
+        log.phase("cleanup")?;
+        let cleaned = cleanup_others(stores, backend, Some(name), STOP_GRACE)?;
+        log.phase("stop")?;
+        let Some(rec) = stores.record(name)? else {
+            return Ok((Health::Absent, false, Freed::default(), cleaned));
+        };
+        let was = assess_locked(&rec.data, &backend.inspect(&rec.data));
+        let stop = backend.stop(&rec.data, STOP_GRACE)?;
+        log.phase("remove")?;
+        let killed = stop.killed;
+        let freed = discard(stores, backend, name, rec, STOP_GRACE, was)?;
+        Ok((was, killed, freed, cleaned))
+    })();
+    match result {
+        Ok((was, killed, freed, cleaned)) => {
+            log.finish(OperationResult::Succeeded)?;
+            Ok(DownOutcome {
+                was,
+                killed,
+                freed,
+                interrupted,
+                cleaned,
+            })
+        }
+        Err(e) => {
+            log.finish(OperationResult::Failed {
+                message: e.to_string(),
+            })?;
+            Err(e)
+        }
+    }
+}
+
+/// `clean` (PRODUCT L9, R2): every inactive sandbox whose lock is free, plus a report of what
+/// lies under the backend's roots that no record names.
+pub fn clean<B: Backend>(stores: &Stores, backend: &B) -> Result<CleanOutcome, LifecycleError> {
+    let mut out = cleanup_others(stores, backend, None, STOP_GRACE)?;
+    let mut records = Vec::new();
+    for name in stores.names()? {
+        if let Some(rec) = stores.record(&name)? {
+            records.push(rec.data);
+        }
+    }
+    let known: Vec<&SandboxRecord> = records.iter().collect();
+    for (path, marker) in backend.orphans(&known) {
+        let why = match marker {
+            Some(m) => format!("its marker names {m:?}, which no record knows"),
+            None => "it carries no ownership marker".to_owned(),
+        };
+        out.unmanaged.push((path, why));
+    }
+    Ok(out)
+}
+
+/// `status` (PRODUCT L5): read-only; takes no lock and changes nothing.
+pub fn status<B: Backend>(
+    stores: &Stores,
+    backend: &B,
+    name: &SandboxName,
+) -> Result<StatusReport, LifecycleError> {
+    let record = stores.record(name)?.map(|r| r.data);
+    let mut operation = stores.operation(name)?.map(|r| r.data);
+    let inspection = record.as_ref().map(|r| backend.inspect(r));
+    let health = assess(record.as_ref(), operation.as_ref(), inspection.as_ref());
+    let mut warnings = Vec::new();
+    if let Some(op) = operation.as_mut() {
+        if op.result == OperationResult::Running
+            && ownership::check_process(&op.process) != Liveness::Ours
+        {
+            op.result = OperationResult::Interrupted;
+            warnings.push(format!(
+                "the last `{}` (pid {}) died during phase {}; the next lifecycle command cleans up after it",
+                op.kind.as_str(),
+                op.process.pid,
+                op.phase
+            ));
+        }
+    }
+    if let Some(note) = inspection.as_ref().and_then(|i| i.exit_note.clone()) {
+        warnings.push(note);
+    }
+    if health == Health::Failed {
+        warnings.push("the sandbox's PID 1 is gone while its keeper still runs".into());
+    }
+    let next = match health {
+        Health::Ready => "airlock exec -- CMD, or airlock down",
+        Health::Starting => "wait for the running `airlock up` to finish",
+        Health::Absent => "airlock up",
+        Health::Stopped | Health::Failed | Health::Stale => {
+            "airlock up (cleans up what is left and starts a new sandbox), or airlock clean"
+        }
+    };
+    Ok(StatusReport {
+        name: name.clone(),
+        health,
+        record,
+        operation,
+        inspection,
+        warnings,
+        next: next.to_owned(),
+    })
+}

@@ -11,9 +11,12 @@
 
 use std::path::Path;
 use std::process::Command;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 
 use airlock_config::env_vars;
 use clap::Args;
+use signal_hook::consts::{SIGINT, SIGQUIT};
 
 use super::Report;
 use crate::context::{ensure_root, Context};
@@ -85,7 +88,25 @@ fn editor(ctx: &Context) -> Option<String> {
 }
 
 /// Runs the editor the way git does: through `sh -c`, so `EDITOR="code --wait"` works.
+///
+/// While the editor owns the terminal, Ctrl+C and Ctrl+\ belong to it: they reach the whole
+/// foreground process group, so airlock catches them (handlers are reset to the default in the
+/// editor by `execve`) instead of dying and handing the terminal back to the shell under a
+/// running editor. git does the same.
 fn open_in_editor(editor: &str, path: &Path) -> Result<(), CommandError> {
+    let caught = Arc::new(AtomicBool::new(false));
+    let handlers: Vec<_> = [SIGINT, SIGQUIT]
+        .into_iter()
+        .filter_map(|sig| signal_hook::flag::register(sig, Arc::clone(&caught)).ok())
+        .collect();
+    let status = spawn_editor(editor, path);
+    for id in handlers {
+        signal_hook::low_level::unregister(id);
+    }
+    status
+}
+
+fn spawn_editor(editor: &str, path: &Path) -> Result<(), CommandError> {
     let status = Command::new("sh")
         .arg("-c")
         .arg(format!("{editor} \"$@\""))

@@ -125,3 +125,25 @@ fn config_accepts_a_group_writable_xdg_base_of_private_user_groups() {
     env.run(&["config"]).assert_code(0);
     assert_eq!(mode(&env.config_home().join("airlock")), 0o700);
 }
+
+#[test]
+fn ctrl_c_while_the_editor_runs_belongs_to_the_editor() {
+    let mut env = TestEnv::new();
+    let marker = env.root().join("edited");
+    // The editor interrupts its grandparent (airlock: editor <- sh -c <- airlock) the way a
+    // Ctrl+C on the terminal would, then finishes normally.
+    let editor = env.write(
+        &env.root().join("editor.sh"),
+        &format!(
+            "#!/bin/sh\nsh_pid=$PPID\nairlock=$(ps -o ppid= -p $sh_pid | tr -d ' ')\n\
+             kill -INT $airlock\nkill -QUIT $airlock\nsleep 0.2\necho done > '{}'\n",
+            marker.display()
+        ),
+    );
+    std::fs::set_permissions(&editor, std::fs::Permissions::from_mode(0o755)).unwrap();
+    env.set_env("EDITOR", &editor.to_string_lossy());
+    let run = config_on_a_terminal(&env);
+    assert!(marker.exists(), "the editor did not finish: {run:?}");
+    // airlock survived the signals and validated the (valid) file.
+    run.assert_code(0);
+}

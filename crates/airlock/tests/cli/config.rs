@@ -135,7 +135,7 @@ fn ctrl_c_while_the_editor_runs_belongs_to_the_editor() {
     let editor = env.write(
         &env.root().join("editor.sh"),
         &format!(
-            "#!/bin/sh\nsh_pid=$PPID\nairlock=$(ps -o ppid= -p $sh_pid | tr -d ' ')\n\
+            "#!/bin/sh\nsh_pid=$PPID\nairlock=$(cut -d' ' -f4 /proc/$sh_pid/stat)\n\
              kill -INT $airlock\nkill -QUIT $airlock\nsleep 0.2\necho done > '{}'\n",
             marker.display()
         ),

@@ -1,0 +1,324 @@
+//! CONNECT: tunnelling byte for byte, or intercepting TLS for hosts with bound secrets.
+//!
+//! Order of operations in [`handle_connect`]:
+//! 1. parse `host:port`; run the full policy and address check ([`check_target`]); a denial is
+//!    the N9 403 answer to the CONNECT itself;
+//! 2. connect to the checked address (failure: 502), then answer 200 and take over the
+//!    connection (hyper upgrade, recovering the raw stream and any bytes already read);
+//! 3. buffer the client's ClientHello ([`parse_client_hello`]); for a name target require an
+//!    SNI equal to the CONNECT host (N4), else send a TLS `access_denied` alert and close;
+//!    an IP-literal target (only reachable through an exact rule) carries no SNI to check;
+//! 4. hosts with bound secrets: terminate TLS with a leaf from the installation CA and serve
+//!    the requests inside through [`forward_intercepted`], which connects upstream with full
+//!    certificate verification (N6); every other host: replay the buffered bytes to the
+//!    upstream and copy both directions untouched.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use rustls::server::{ClientHello as RustlsHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
+use rustls::ServerConfig;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::audit::{Mode, Verdict};
+use crate::denial::{Denial, DenyReason, TLS_ACCESS_DENIED};
+use crate::forward::{
+    deny, fail, forward_intercepted, text_response, ProxyBody, RequestStart, UpstreamSlot,
+    CONNECT_TIMEOUT,
+};
+use crate::server::Shared;
+use crate::sni::{parse_client_hello, HelloError};
+use crate::target::{check_target, rule_text, CheckedTarget, TargetError};
+use crate::tls::{provider, Prefixed};
+
+/// How long a client may take to send its ClientHello after the 200.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+/// Buffer size of each direction of a tunnel.
+const TUNNEL_BUF: usize = 64 * 1024;
+
+/// Answers a CONNECT request and spawns the tunnel (see the module docs).
+pub(crate) async fn handle_connect<S>(
+    req: Request<Incoming>,
+    shared: Arc<Shared>,
+) -> Response<ProxyBody>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let start = RequestStart {
+        time: crate::clock::rfc3339_now(),
+        method: "CONNECT".to_owned(),
+        mode: Mode::Tunnel,
+    };
+    let Some((host, port)) = req
+        .uri()
+        .authority()
+        .and_then(|a| Some((a.host().to_owned(), a.port_u16()?)))
+    else {
+        let rule = "malformed proxy request".to_owned();
+        let text = "CONNECT needs host:port".to_owned();
+        return fail(
+            &shared,
+            &start,
+            ("", 0),
+            rule,
+            StatusCode::BAD_REQUEST,
+            text,
+        );
+    };
+    let runtime = shared.runtime();
+    let target = match check_target(&host, port, &runtime.policy, &shared.hosts).await {
+        Ok(t) => t,
+        Err(TargetError::Denied(denial)) => return deny(&shared, &start, &denial),
+        Err(e @ (TargetError::Resolve { .. } | TargetError::NoAddress { .. })) => {
+            let rule = rule_text(&runtime.policy.decide(&host, port));
+            return fail(
+                &shared,
+                &start,
+                (&host, port),
+                rule,
+                StatusCode::BAD_GATEWAY,
+                e.to_string(),
+            );
+        }
+    };
+    let upstream =
+        match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(target.addr)).await {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => {
+                let text = format!("cannot reach {}:{port}: {e}", target.host);
+                return fail(
+                    &shared,
+                    &start,
+                    (&target.host, port),
+                    target.rule,
+                    StatusCode::BAD_GATEWAY,
+                    text,
+                );
+            }
+            Err(_) => {
+                let text = format!("cannot reach {}:{port}: connect timed out", target.host);
+                return fail(
+                    &shared,
+                    &start,
+                    (&target.host, port),
+                    target.rule,
+                    StatusCode::BAD_GATEWAY,
+                    text,
+                );
+            }
+        };
+    let _ = upstream.set_nodelay(true);
+    let intercept = !runtime.bindings.bound_to(&target.host, port).is_empty();
+    let task_shared = shared.clone();
+    shared.spawn(async move {
+        let upgraded = match hyper::upgrade::on(req).await {
+            Ok(u) => u,
+            Err(e) => {
+                tracing::debug!(error = %e, "CONNECT upgrade failed");
+                return;
+            }
+        };
+        let tunnel = Tunnel {
+            shared: task_shared,
+            target,
+            start,
+            intercept,
+        };
+        match upgraded.downcast::<TokioIo<S>>() {
+            Ok(parts) => {
+                tunnel
+                    .run(parts.io.into_inner(), parts.read_buf, upstream)
+                    .await
+            }
+            Err(upgraded) => {
+                tunnel
+                    .run(TokioIo::new(upgraded), Bytes::new(), upstream)
+                    .await
+            }
+        }
+    });
+    text_response(StatusCode::OK, String::new())
+}
+
+/// One accepted CONNECT after the 200.
+struct Tunnel {
+    shared: Arc<Shared>,
+    target: CheckedTarget,
+    start: RequestStart,
+    intercept: bool,
+}
+
+impl Tunnel {
+    async fn run<T>(self, mut client: T, initial: Bytes, upstream: TcpStream)
+    where
+        T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let mut buf = BytesMut::from(&initial[..]);
+        let is_ip = self.target.host.parse::<IpAddr>().is_ok();
+        if !is_ip {
+            let verdict = read_hello(&mut client, &mut buf).await;
+            let reason = match verdict {
+                Ok(Some(sni))
+                    if airlock_config::policy::normalize_host(&sni) == self.target.host =>
+                {
+                    None
+                }
+                Ok(sni) => Some(DenyReason::SniMismatch { sni }),
+                Err(HelloRead::Closed) => return,
+                Err(HelloRead::Bad(HelloError::NotTls)) => Some(DenyReason::NotTls),
+                Err(HelloRead::Bad(
+                    HelloError::NotClientHello
+                    | HelloError::Malformed { .. }
+                    | HelloError::TooLarge,
+                )) => Some(DenyReason::SniMismatch { sni: None }),
+            };
+            if let Some(reason) = reason {
+                if !matches!(reason, DenyReason::NotTls) {
+                    let _ = client.write_all(&TLS_ACCESS_DENIED).await;
+                }
+                let _ = client.shutdown().await;
+                let denial = Denial {
+                    host: self.target.host.clone(),
+                    port: self.target.port,
+                    reason,
+                };
+                let entry =
+                    self.start
+                        .entry(&denial.host, denial.port, Verdict::Deny, denial.rule(), 403);
+                self.shared.audit.append(&entry);
+                return;
+            }
+        }
+        if self.intercept {
+            drop(upstream); // requests inside open their own verified TLS connections
+            self.intercept(Prefixed::new(buf.freeze(), client)).await;
+        } else {
+            self.tunnel(client, buf.freeze(), upstream).await;
+        }
+    }
+
+    async fn tunnel<T>(self, mut client: T, hello: Bytes, mut upstream: TcpStream)
+    where
+        T: AsyncRead + AsyncWrite + Unpin,
+    {
+        let mut entry = self.start.entry(
+            &self.target.host,
+            self.target.port,
+            Verdict::Allow,
+            self.target.rule.clone(),
+            200,
+        );
+        if upstream.write_all(&hello).await.is_ok() {
+            let copied = tokio::io::copy_bidirectional_with_sizes(
+                &mut client,
+                &mut upstream,
+                TUNNEL_BUF,
+                TUNNEL_BUF,
+            )
+            .await;
+            if let Ok((up, down)) = copied {
+                entry.bytes_up = up;
+                entry.bytes_down = down;
+            }
+        }
+        entry.bytes_up += hello.len() as u64;
+        self.shared.audit.append(&entry);
+    }
+
+    async fn intercept<T>(self, client: Prefixed<T>)
+    where
+        T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let host = self.target.host.clone();
+        let config = match self.shared.ca().and_then(|ca| ca.leaf(&host)) {
+            Ok(leaf) => server_config(leaf),
+            Err(e) => {
+                tracing::error!(error = %e, %host, "cannot intercept: no certificate");
+                return;
+            }
+        };
+        let Some(config) = config else { return };
+        let tls = match tokio_rustls::TlsAcceptor::from(config).accept(client).await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::debug!(error = %e, %host, "client TLS handshake with the airlock CA failed");
+                return;
+            }
+        };
+        let slot = UpstreamSlot::default();
+        let target = Arc::new(self.target);
+        let shared = self.shared;
+        let service = service_fn(move |req: Request<Incoming>| {
+            let (shared, slot, target) = (shared.clone(), slot.clone(), target.clone());
+            async move {
+                Ok::<_, std::convert::Infallible>(
+                    forward_intercepted(req, shared, slot, target).await,
+                )
+            }
+        });
+        if let Err(e) = http1::Builder::new()
+            .serve_connection(TokioIo::new(tls), service)
+            .await
+        {
+            tracing::debug!(error = %e, "intercepted connection ended with an error");
+        }
+    }
+}
+
+enum HelloRead {
+    /// The client closed (or timed out) before a complete ClientHello.
+    Closed,
+    /// The bytes are not an acceptable ClientHello.
+    Bad(HelloError),
+}
+
+/// Reads into `buf` until it holds a complete ClientHello; returns its SNI.
+async fn read_hello<T: AsyncRead + Unpin>(
+    client: &mut T,
+    buf: &mut BytesMut,
+) -> Result<Option<String>, HelloRead> {
+    let deadline = tokio::time::Instant::now() + HELLO_TIMEOUT;
+    loop {
+        match parse_client_hello(buf) {
+            Ok(Some(hello)) => return Ok(hello.sni),
+            Ok(None) => {}
+            Err(e) => return Err(HelloRead::Bad(e)),
+        }
+        buf.reserve(4096);
+        match tokio::time::timeout_at(deadline, client.read_buf(buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) | Err(_) => return Err(HelloRead::Closed),
+            Ok(Ok(_)) => {}
+        }
+    }
+}
+
+/// Presents one certificate whatever the client asks (the SNI was checked already).
+#[derive(Debug)]
+struct FixedCert(Arc<CertifiedKey>);
+
+impl ResolvesServerCert for FixedCert {
+    fn resolve(&self, _hello: RustlsHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.0.clone())
+    }
+}
+
+fn server_config(leaf: Arc<CertifiedKey>) -> Option<Arc<ServerConfig>> {
+    let builder = ServerConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| tracing::error!(error = %e, "TLS server configuration"))
+        .ok()?;
+    let mut config = builder
+        .with_no_client_auth()
+        .with_cert_resolver(Arc::new(FixedCert(leaf)));
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Some(Arc::new(config))
+}

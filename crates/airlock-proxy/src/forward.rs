@@ -1,0 +1,395 @@
+//! Forwarding HTTP requests: plain forward proxying and requests inside intercepted TLS.
+//!
+//! Order of operations for one request ([`forward_http`], [`forward_intercepted`]):
+//! 1. work out the destination from the request target (absolute-form for plain HTTP; the
+//!    CONNECT host for intercepted TLS) and refuse a `Host` header that disagrees (N4);
+//! 2. check the destination: the full policy and address check for plain HTTP
+//!    ([`check_target`]); for intercepted requests the policy again (it may have been updated
+//!    since the CONNECT) — the address was checked at CONNECT time;
+//! 3. substitute secrets into the headers and collect warnings ([`substitute_headers`]);
+//! 4. drop hop-by-hop headers (RFC 9110 §7.6.1), rewrite the target to origin-form;
+//! 5. send over a per-client-connection upstream connection to the *checked address* (never
+//!    a second DNS lookup), TLS-verified for intercepted hosts;
+//! 6. stream the response back; the audit line is written when it ends ([`AuditGuard`]).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::client::conn::http1::SendRequest;
+use hyper::header::{HeaderMap, HeaderName, HeaderValue, CONNECTION, HOST};
+use hyper::{Request, Response, StatusCode, Uri, Version};
+use hyper_util::rt::TokioIo;
+use rustls::pki_types::ServerName;
+use tokio::net::TcpStream;
+
+use crate::audit::{AuditEntry, Mode, Verdict};
+use crate::body::{AuditGuard, CountBody, RequestNotes, ScanBody};
+use crate::clock::rfc3339_now;
+use crate::denial::{Denial, DenyReason};
+use crate::server::Shared;
+use crate::substitute::substitute_headers;
+use crate::target::{check_target, rule_text, CheckedTarget, TargetError};
+
+/// Errors of any body the proxy returns.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+/// The body type of every proxy response.
+pub type ProxyBody = BoxBody<Bytes, BoxError>;
+
+/// How long connecting to an upstream may take.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// One reusable upstream connection per client connection, keyed by address and host.
+#[derive(Clone, Default)]
+pub struct UpstreamSlot(
+    Arc<tokio::sync::Mutex<Option<(SocketAddr, String, SendRequest<ScanBody>)>>>,
+);
+
+/// What the audit line of a request starts from.
+pub(crate) struct RequestStart {
+    pub time: String,
+    pub method: String,
+    pub mode: Mode,
+}
+
+impl RequestStart {
+    pub fn entry(
+        &self,
+        host: &str,
+        port: u16,
+        decision: Verdict,
+        rule: String,
+        status: u16,
+    ) -> AuditEntry {
+        AuditEntry {
+            time: self.time.clone(),
+            method: self.method.clone(),
+            host: host.to_owned(),
+            port,
+            decision,
+            rule,
+            status,
+            bytes_up: 0,
+            bytes_down: 0,
+            mode: self.mode,
+            secrets: Vec::new(),
+            warnings: Vec::new(),
+        }
+    }
+}
+
+/// A complete small response as a [`ProxyBody`] response.
+pub(crate) fn boxed(resp: Response<Full<Bytes>>) -> Response<ProxyBody> {
+    resp.map(|b| b.map_err(|never| match never {}).boxed())
+}
+
+/// A plain-text error answer.
+pub(crate) fn text_response(status: StatusCode, text: String) -> Response<ProxyBody> {
+    let mut resp = Response::new(Full::new(Bytes::from(text)));
+    *resp.status_mut() = status;
+    boxed(resp)
+}
+
+/// Audits and answers a denial (N9).
+pub(crate) fn deny(shared: &Shared, start: &RequestStart, denial: &Denial) -> Response<ProxyBody> {
+    let resp = denial.response();
+    let entry = start.entry(&denial.host, denial.port, Verdict::Deny, denial.rule(), 403);
+    shared.audit.append(&entry);
+    boxed(resp)
+}
+
+/// Audits and answers a failure that is not a denial (bad request, unreachable upstream).
+pub(crate) fn fail(
+    shared: &Shared,
+    start: &RequestStart,
+    (host, port): (&str, u16),
+    rule: String,
+    status: StatusCode,
+    text: String,
+) -> Response<ProxyBody> {
+    let verdict = if status == StatusCode::BAD_REQUEST {
+        Verdict::Deny
+    } else {
+        Verdict::Allow
+    };
+    shared
+        .audit
+        .append(&start.entry(host, port, verdict, rule, status.as_u16()));
+    text_response(status, format!("airlock proxy: {text}\n"))
+}
+
+/// Splits a `Host` header value into host and port.
+fn parse_host_header(value: &HeaderValue, default_port: u16) -> Option<(String, u16)> {
+    let text = value.to_str().ok()?;
+    let auth: hyper::http::uri::Authority = text.parse().ok()?;
+    Some((
+        airlock_config::policy::normalize_host(auth.host()),
+        auth.port_u16().unwrap_or(default_port),
+    ))
+}
+
+/// N4 for plain HTTP: a `Host` header, when present, names the request target.
+fn host_mismatch(headers: &HeaderMap, host: &str, port: u16, default_port: u16) -> Option<Denial> {
+    let value = headers.get(HOST)?;
+    match parse_host_header(value, default_port) {
+        Some((h, p)) if h == host && p == port => None,
+        Some(_) | None => Some(Denial {
+            host: host.to_owned(),
+            port,
+            reason: DenyReason::HostMismatch {
+                header: String::from_utf8_lossy(value.as_bytes()).into_owned(),
+            },
+        }),
+    }
+}
+
+/// Forwards one plain-HTTP proxy request (absolute-form target).
+pub(crate) async fn forward_http(
+    req: Request<Incoming>,
+    shared: Arc<Shared>,
+    slot: UpstreamSlot,
+) -> Response<ProxyBody> {
+    let start = RequestStart {
+        time: rfc3339_now(),
+        method: req.method().to_string(),
+        mode: Mode::Http,
+    };
+    let uri = req.uri().clone();
+    let Some(authority) = uri.authority().filter(|_| uri.scheme_str() == Some("http")) else {
+        let text = match uri.scheme_str() {
+            Some("https") => "send HTTPS through CONNECT (set HTTPS_PROXY)".to_owned(),
+            _ => "this is an HTTP proxy: send absolute-form requests (http://host/path)".to_owned(),
+        };
+        let rule = "malformed proxy request".to_owned();
+        return fail(
+            &shared,
+            &start,
+            ("", 0),
+            rule,
+            StatusCode::BAD_REQUEST,
+            text,
+        );
+    };
+    let host = airlock_config::policy::normalize_host(authority.host());
+    let port = authority.port_u16().unwrap_or(80);
+    if let Some(denial) = host_mismatch(req.headers(), &host, port, 80) {
+        return deny(&shared, &start, &denial);
+    }
+    let runtime = shared.runtime();
+    let target = match check_target(&host, port, &runtime.policy, &shared.hosts).await {
+        Ok(t) => t,
+        Err(TargetError::Denied(denial)) => return deny(&shared, &start, &denial),
+        Err(e @ (TargetError::Resolve { .. } | TargetError::NoAddress { .. })) => {
+            let rule = rule_text(&runtime.policy.decide(&host, port));
+            return fail(
+                &shared,
+                &start,
+                (&host, port),
+                rule,
+                StatusCode::BAD_GATEWAY,
+                e.to_string(),
+            );
+        }
+    };
+    relay(req, &shared, &slot, &target, false, start).await
+}
+
+/// Forwards one request received inside an intercepted TLS connection to `target`.
+pub(crate) async fn forward_intercepted(
+    req: Request<Incoming>,
+    shared: Arc<Shared>,
+    slot: UpstreamSlot,
+    target: Arc<CheckedTarget>,
+) -> Response<ProxyBody> {
+    let start = RequestStart {
+        time: rfc3339_now(),
+        method: req.method().to_string(),
+        mode: Mode::Intercept,
+    };
+    let (host, port) = (target.host.as_str(), target.port);
+    let uri_mismatch = req.uri().authority().is_some_and(|a| {
+        airlock_config::policy::normalize_host(a.host()) != host
+            || a.port_u16().unwrap_or(443) != port
+    });
+    if uri_mismatch {
+        let denial = Denial {
+            host: host.to_owned(),
+            port,
+            reason: DenyReason::HostMismatch {
+                header: req.uri().to_string(),
+            },
+        };
+        return deny(&shared, &start, &denial);
+    }
+    if let Some(denial) = host_mismatch(req.headers(), host, port, 443) {
+        return deny(&shared, &start, &denial);
+    }
+    let decision = shared.runtime().policy.decide(host, port);
+    if !decision.allowed {
+        let denial = Denial {
+            host: host.to_owned(),
+            port,
+            reason: DenyReason::Policy {
+                rule: rule_text(&decision),
+            },
+        };
+        return deny(&shared, &start, &denial);
+    }
+    let target = CheckedTarget {
+        rule: rule_text(&decision),
+        ..(*target).clone()
+    };
+    relay(req, &shared, &slot, &target, true, start).await
+}
+
+/// Steps 3–6 of the module docs.
+async fn relay(
+    req: Request<Incoming>,
+    shared: &Arc<Shared>,
+    slot: &UpstreamSlot,
+    target: &CheckedTarget,
+    tls: bool,
+    start: RequestStart,
+) -> Response<ProxyBody> {
+    let runtime = shared.runtime();
+    let (host, port) = (target.host.as_str(), target.port);
+    let (mut parts, body) = req.into_parts();
+    let path = parts
+        .uri
+        .path_and_query()
+        .map_or_else(|| "/".to_owned(), |p| p.as_str().to_owned());
+    let subst = substitute_headers(&mut parts.headers, &path, host, port, &runtime.bindings);
+    strip_hop_by_hop(&mut parts.headers);
+    parts.uri = path
+        .parse::<Uri>()
+        .unwrap_or_else(|_| Uri::from_static("/"));
+    parts.version = Version::HTTP_11;
+    if !parts.headers.contains_key(HOST) {
+        let default = if tls { 443 } else { 80 };
+        let value = if port == default {
+            host.to_owned()
+        } else {
+            format!("{host}:{port}")
+        };
+        if let Ok(v) = HeaderValue::from_str(&value) {
+            parts.headers.insert(HOST, v);
+        }
+    }
+    let notes = Arc::new(RequestNotes::default());
+    let body = ScanBody::new(body, &runtime.bindings, notes.clone());
+    let upstream = Request::from_parts(parts, body);
+    let result = match upstream_sender(shared, slot, target, tls).await {
+        Ok(mut sender) => {
+            let r = sender
+                .send_request(upstream)
+                .await
+                .map_err(|e| e.to_string());
+            *slot.0.lock().await = Some((target.addr, target.host.clone(), sender));
+            r
+        }
+        Err(e) => Err(e),
+    };
+    let mut resp = match result {
+        Ok(resp) => resp,
+        Err(reason) => {
+            let text = format!("cannot reach {host}:{port}: {reason}");
+            return fail(
+                shared,
+                &start,
+                (host, port),
+                target.rule.clone(),
+                StatusCode::BAD_GATEWAY,
+                text,
+            );
+        }
+    };
+    strip_hop_by_hop(resp.headers_mut());
+    let mut entry = start.entry(
+        host,
+        port,
+        Verdict::Allow,
+        target.rule.clone(),
+        resp.status().as_u16(),
+    );
+    entry.secrets = subst.used.into_iter().collect();
+    entry.warnings = subst.warnings;
+    let guard = AuditGuard::new(shared.audit.clone(), entry, Some(notes));
+    resp.map(|b| {
+        CountBody::new(b, guard)
+            .map_err(|e| Box::new(e) as BoxError)
+            .boxed()
+    })
+}
+
+/// A ready sender to `target`: the slot's if it points there and is alive, else a new one.
+async fn upstream_sender(
+    shared: &Arc<Shared>,
+    slot: &UpstreamSlot,
+    target: &CheckedTarget,
+    tls: bool,
+) -> Result<SendRequest<ScanBody>, String> {
+    let cached = slot.0.lock().await.take();
+    if let Some((addr, host, mut sender)) = cached {
+        if addr == target.addr && host == target.host && sender.ready().await.is_ok() {
+            return Ok(sender);
+        }
+    }
+    let tcp = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(target.addr))
+        .await
+        .map_err(|_| "connect timed out".to_owned())?
+        .map_err(|e| e.to_string())?;
+    let _ = tcp.set_nodelay(true);
+    if !tls {
+        let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
+            .await
+            .map_err(|e| e.to_string())?;
+        shared.spawn(async move {
+            let _ = conn.await;
+        });
+        return Ok(sender);
+    }
+    let name = ServerName::try_from(target.host.clone()).map_err(|e| e.to_string())?;
+    let connector = tokio_rustls::TlsConnector::from(shared.upstream_tls.clone());
+    let stream = connector
+        .connect(name, tcp)
+        .await
+        .map_err(|e| format!("upstream TLS verification failed: {e}"))?;
+    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| e.to_string())?;
+    shared.spawn(async move {
+        let _ = conn.await;
+    });
+    Ok(sender)
+}
+
+/// Removes hop-by-hop headers (RFC 9110 §7.6.1), including those `Connection` names.
+fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    let listed: Vec<HeaderName> = headers
+        .get_all(CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
+        .collect();
+    for name in listed {
+        headers.remove(name);
+    }
+    for name in [
+        "connection",
+        "proxy-connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+    ] {
+        headers.remove(name);
+    }
+}

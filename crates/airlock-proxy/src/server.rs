@@ -1,0 +1,280 @@
+//! The proxy process side: configuration, the accept loop, live updates and shutdown.
+//!
+//! One [`Proxy`] serves one sandbox. [`Proxy::start`] builds everything that can fail (the
+//! upstream trust store, the audit log) before accepting a single connection, then spawns the
+//! accept loop on the current tokio runtime. Each accepted connection is served by hyper's
+//! HTTP/1 server; `CONNECT` requests are upgraded and handed to [`crate::connect`], everything
+//! else goes through [`crate::forward`].
+//!
+//! Policy and secrets live in one `Arc<Runtime>` behind a lock; every request clones the `Arc`
+//! once at its start, so [`ProxyHandle::update`] takes effect for the next request without a
+//! restart and never tears a request between two policies.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::future::Future;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, RwLock};
+
+use airlock_config::policy::Policy;
+use airlock_secrets::SecretBindings;
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Method, Request, Response};
+use hyper_util::rt::TokioIo;
+use rustls::ClientConfig;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpListener, UnixListener};
+use tokio::sync::watch;
+
+use crate::audit::{AuditError, AuditLog};
+use crate::ca::{CaError, CertificateAuthority};
+use crate::forward::{self, ProxyBody, UpstreamSlot};
+use crate::tls::{upstream_config, TlsSetupError};
+
+/// Everything one sandbox's proxy needs.
+#[derive(Debug, Clone)]
+pub struct ProxyConfig {
+    /// The effective network policy.
+    pub policy: Policy,
+    /// The `[network.hosts]` map: names the proxy resolves to fixed addresses.
+    pub hosts: BTreeMap<String, IpAddr>,
+    /// Extra CA certificate files (PEM) trusted for upstream connections.
+    pub extra_roots: Vec<PathBuf>,
+    /// The secrets and their hosts.
+    pub bindings: SecretBindings,
+    /// The sandbox's audit log (JSON lines).
+    pub audit_path: PathBuf,
+    /// Where the interception CA lives (created on first use).
+    pub ca_dir: PathBuf,
+}
+
+/// What can stop the proxy from starting.
+#[derive(Debug, thiserror::Error)]
+pub enum ProxyError {
+    /// The upstream trust store cannot be built.
+    #[error(transparent)]
+    Tls(#[from] TlsSetupError),
+    /// The audit log cannot be opened.
+    #[error(transparent)]
+    Audit(#[from] AuditError),
+    /// The interception CA cannot be loaded or created.
+    #[error(transparent)]
+    Ca(#[from] CaError),
+    /// The listener's address cannot be read.
+    #[error("cannot read the proxy listener's address: {source}")]
+    Listener {
+        /// The cause.
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// Where the proxy listens.
+#[derive(Debug)]
+pub enum ProxyListener {
+    /// The production shape: a Unix socket bound into the sandbox (N1).
+    Unix(UnixListener),
+    /// Loopback TCP, for tests and benchmarks.
+    Tcp(TcpListener),
+}
+
+/// The policy and secrets in force; replaced as a whole by [`ProxyHandle::update`].
+#[derive(Debug)]
+pub(crate) struct Runtime {
+    pub policy: Policy,
+    pub bindings: SecretBindings,
+}
+
+/// State shared by every connection.
+pub(crate) struct Shared {
+    runtime: RwLock<Arc<Runtime>>,
+    pub hosts: BTreeMap<String, IpAddr>,
+    pub upstream_tls: Arc<ClientConfig>,
+    pub audit: Arc<AuditLog>,
+    ca_dir: PathBuf,
+    ca: Mutex<Option<Arc<CertificateAuthority>>>,
+    pub shutdown: watch::Receiver<bool>,
+}
+
+impl Shared {
+    /// The policy and secrets for one request.
+    pub fn runtime(&self) -> Arc<Runtime> {
+        self.runtime
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// The interception CA, created on first use.
+    pub fn ca(&self) -> Result<Arc<CertificateAuthority>, CaError> {
+        let mut slot = self.ca.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(ca) = &*slot {
+            return Ok(ca.clone());
+        }
+        let ca = Arc::new(CertificateAuthority::load_or_create(&self.ca_dir)?);
+        *slot = Some(ca.clone());
+        Ok(ca)
+    }
+
+    /// Spawns `fut`, cancelled when the proxy shuts down.
+    pub fn spawn<F>(&self, fut: F)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        let mut stop = self.shutdown.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                () = fut => {}
+                _ = stop.wait_for(|s| *s) => {}
+            }
+        });
+    }
+}
+
+/// Entry point.
+#[derive(Debug)]
+pub struct Proxy;
+
+impl Proxy {
+    /// Starts serving `listener` with `cfg` on the current tokio runtime.
+    pub fn start(cfg: ProxyConfig, listener: ProxyListener) -> Result<ProxyHandle, ProxyError> {
+        let upstream_tls = upstream_config(&cfg.extra_roots)?;
+        let audit = Arc::new(AuditLog::open(&cfg.audit_path)?);
+        let local_tcp = match &listener {
+            ProxyListener::Tcp(l) => Some(
+                l.local_addr()
+                    .map_err(|source| ProxyError::Listener { source })?,
+            ),
+            ProxyListener::Unix(_) => None,
+        };
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let shared = Arc::new(Shared {
+            runtime: RwLock::new(Arc::new(Runtime {
+                policy: cfg.policy,
+                bindings: cfg.bindings,
+            })),
+            hosts: cfg.hosts,
+            upstream_tls,
+            audit,
+            ca_dir: cfg.ca_dir,
+            ca: Mutex::new(None),
+            shutdown: stop_rx,
+        });
+        let task = tokio::spawn(accept_loop(listener, shared.clone()));
+        Ok(ProxyHandle {
+            shared,
+            stop: stop_tx,
+            task,
+            local_tcp,
+        })
+    }
+}
+
+/// Controls a running proxy.
+pub struct ProxyHandle {
+    shared: Arc<Shared>,
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+    local_tcp: Option<SocketAddr>,
+}
+
+impl std::fmt::Debug for ProxyHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProxyHandle")
+            .field("local_tcp", &self.local_tcp)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ProxyHandle {
+    /// Replaces the policy and secrets; the next request uses them (no restart).
+    pub fn update(&self, policy: Policy, bindings: SecretBindings) {
+        let mut rt = self
+            .shared
+            .runtime
+            .write()
+            .unwrap_or_else(|p| p.into_inner());
+        *rt = Arc::new(Runtime { policy, bindings });
+    }
+
+    /// The interception CA (created on first use), e.g. to install its certificate in the
+    /// sandbox trust store.
+    pub fn ca(&self) -> Result<Arc<CertificateAuthority>, ProxyError> {
+        Ok(self.shared.ca()?)
+    }
+
+    /// The TCP address, when listening on TCP.
+    pub fn local_tcp_addr(&self) -> Option<SocketAddr> {
+        self.local_tcp
+    }
+
+    /// Stops accepting, closes every connection and tunnel, and waits for the accept loop.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        let _ = self.task.await;
+    }
+}
+
+async fn accept_loop(listener: ProxyListener, shared: Arc<Shared>) {
+    let mut stop = shared.shutdown.clone();
+    loop {
+        let accepted = tokio::select! {
+            _ = stop.wait_for(|s| *s) => return,
+            a = accept(&listener) => a,
+        };
+        match accepted {
+            Ok(Accepted::Unix(s)) => shared.spawn(serve_conn(s, shared.clone())),
+            Ok(Accepted::Tcp(s)) => {
+                let _ = s.set_nodelay(true);
+                shared.spawn(serve_conn(s, shared.clone()))
+            }
+            Err(e) => {
+                // EMFILE and friends: back off instead of spinning.
+                tracing::warn!(error = %e, "proxy accept failed");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+enum Accepted {
+    Unix(tokio::net::UnixStream),
+    Tcp(tokio::net::TcpStream),
+}
+
+async fn accept(listener: &ProxyListener) -> io::Result<Accepted> {
+    match listener {
+        ProxyListener::Unix(l) => l.accept().await.map(|(s, _)| Accepted::Unix(s)),
+        ProxyListener::Tcp(l) => l.accept().await.map(|(s, _)| Accepted::Tcp(s)),
+    }
+}
+
+/// Serves one client connection (plain HTTP requests and CONNECT).
+async fn serve_conn<S>(stream: S, shared: Arc<Shared>)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let slot = UpstreamSlot::default();
+    let service = service_fn(move |req: Request<Incoming>| {
+        let shared = shared.clone();
+        let slot = slot.clone();
+        async move {
+            let resp: Response<ProxyBody> = if req.method() == Method::CONNECT {
+                crate::connect::handle_connect::<S>(req, shared).await
+            } else {
+                forward::forward_http(req, shared, slot).await
+            };
+            Ok::<_, Infallible>(resp)
+        }
+    });
+    let conn = http1::Builder::new()
+        .serve_connection(TokioIo::new(stream), service)
+        .with_upgrades();
+    if let Err(e) = conn.await {
+        tracing::debug!(error = %e, "proxy client connection ended with an error");
+    }
+}

@@ -26,6 +26,11 @@ pub const CONTROL_FD: RawFd = 5;
 pub const FIRST_UNUSED_FD: u32 = 6;
 /// Argv[1] of the init stage.
 pub const INIT_VERB: &str = "__init";
+/// Failure stages reported by the init stage: creating namespaces (the host cannot provide the
+/// backend), building the root filesystem, anything else.
+pub const STAGE_NAMESPACES: &str = "namespaces";
+pub const STAGE_ROOTFS: &str = "rootfs";
+pub const STAGE_INIT: &str = "init";
 /// Length of the per-epoch key.
 pub const KEY_LEN: usize = 32;
 
@@ -41,8 +46,10 @@ pub enum BootstrapError {
     Closed { expected: &'static str },
     #[error("unexpected start handshake message {got:?} while waiting for {expected}")]
     Unexpected { expected: &'static str, got: String },
-    #[error("{0}")]
-    Remote(String),
+    /// The init stage reported a failure; `stage` is one of [`STAGE_NAMESPACES`],
+    /// [`STAGE_ROOTFS`], [`STAGE_INIT`].
+    #[error("{message}")]
+    Remote { stage: String, message: String },
 }
 
 /// Everything the init stage needs to know, decided by the host.
@@ -111,7 +118,11 @@ impl Sync {
         }
         let line = line.trim_end_matches('\n');
         if let Some(text) = line.strip_prefix("error ") {
-            return Err(BootstrapError::Remote(text.to_owned()));
+            let (stage, message) = text.split_once(' ').unwrap_or((text, ""));
+            return Err(BootstrapError::Remote {
+                stage: stage.to_owned(),
+                message: message.to_owned(),
+            });
         }
         match line.strip_prefix(expected) {
             Some(rest) => Ok(rest.trim().to_owned()),

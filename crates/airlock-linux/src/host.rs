@@ -139,7 +139,7 @@ impl Sandbox {
         t0: Instant,
     ) -> Result<Sandbox, StartError> {
         let key = new_key()?;
-        write_key(&dir.join("key"), &key)?;
+        write_private(&dir.join("key"), &key)?;
         let scratch = dir.join("scratch");
         fs::DirBuilder::new()
             .mode(0o700)
@@ -336,7 +336,49 @@ fn create_private_dir(parent: &Path, id: &str) -> Result<PathBuf, StartError> {
     create(parent, true)?;
     let dir = parent.join(id);
     create(&dir, false)?;
+    let me = std::process::id();
+    let owner = format!("{me} {}\n", start_time(me).unwrap_or_default());
+    write_private(&dir.join(OWNER_FILE), owner.as_bytes())?;
     Ok(dir)
+}
+
+/// Marker in every sandbox runtime directory: `<pid> <start time>` of the airlock process that
+/// created it (PRODUCT R2: a directory is ours only if it carries our marker).
+pub const OWNER_FILE: &str = "owner";
+
+/// A process's start time (clock ticks since boot, field 22 of `/proc/PID/stat`).
+fn start_time(pid: u32) -> Option<u64> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may contain spaces and parentheses: split after the last ')'.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// Removes runtime directories of sandboxes whose owning airlock process is provably gone
+/// (its pid is dead or now belongs to a process with another start time). Directories without
+/// a readable marker are left alone. Returns what was removed.
+pub fn sweep_stale(sandboxes_dir: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = fs::read_dir(sandboxes_dir) else {
+        return Vec::new();
+    };
+    let mut removed = Vec::new();
+    for entry in entries.flatten() {
+        let dir = entry.path();
+        let Ok(owner) = fs::read_to_string(dir.join(OWNER_FILE)) else {
+            continue;
+        };
+        let mut parts = owner.split_whitespace();
+        let (Some(Ok(pid)), Some(Ok(started))) = (
+            parts.next().map(str::parse::<u32>),
+            parts.next().map(str::parse::<u64>),
+        ) else {
+            continue;
+        };
+        if start_time(pid) != Some(started) && fs::remove_dir_all(&dir).is_ok() {
+            removed.push(dir);
+        }
+    }
+    removed
 }
 
 fn new_key() -> Result<[u8; KEY_LEN], StartError> {
@@ -348,7 +390,7 @@ fn new_key() -> Result<[u8; KEY_LEN], StartError> {
     Ok(key)
 }
 
-fn write_key(path: &Path, key: &[u8; KEY_LEN]) -> Result<(), StartError> {
+fn write_private(path: &Path, content: &[u8]) -> Result<(), StartError> {
     let mut f = fs::OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -358,7 +400,7 @@ fn write_key(path: &Path, key: &[u8; KEY_LEN]) -> Result<(), StartError> {
             path: path.to_path_buf(),
             source,
         })?;
-    f.write_all(key).map_err(|source| StartError::Create {
+    f.write_all(content).map_err(|source| StartError::Create {
         path: path.to_path_buf(),
         source,
     })

@@ -27,7 +27,10 @@ use nix::sched::{unshare, CloneFlags};
 use rustix::process::{set_parent_process_death_signal, Signal};
 use thiserror::Error;
 
-use crate::bootstrap::{Bootstrap, BootstrapError, Sync, CONTROL_FD, FIRST_UNUSED_FD, SYNC_FD};
+use crate::bootstrap::{
+    Bootstrap, BootstrapError, Sync, CONTROL_FD, FIRST_UNUSED_FD, STAGE_INIT, STAGE_NAMESPACES,
+    STAGE_ROOTFS, SYNC_FD,
+};
 use crate::rootfs::{self, RootfsError};
 use crate::spec::SandboxSpec;
 use crate::sys::fd::{close_all_from, take_inherited};
@@ -49,6 +52,22 @@ pub enum InitError {
     Rootfs(#[from] RootfsError),
     #[error("the per-epoch key is malformed")]
     BadKey,
+}
+
+impl InitError {
+    /// Which start stage failed, for the host's classification (see `bootstrap.rs`).
+    pub fn stage(&self) -> &'static str {
+        match self {
+            InitError::Syscall { syscall, .. } if syscall.starts_with("unshare") => {
+                STAGE_NAMESPACES
+            }
+            InitError::Rootfs(_) => STAGE_ROOTFS,
+            InitError::Syscall { .. }
+            | InitError::ParentGone
+            | InitError::Bootstrap(_)
+            | InitError::BadKey => STAGE_INIT,
+        }
+    }
 }
 
 /// What PID 1 hands to the guest once the sandbox is built.
@@ -87,7 +106,7 @@ pub fn run() -> Result<Handoff, InitError> {
     match prepare(&mut sync, control) {
         Ok(handoff) => Ok(handoff),
         Err(e) => {
-            let _ = sync.send(&format!("error {e}"));
+            let _ = sync.send(&format!("error {} {e}", e.stage()));
             Err(e)
         }
     }

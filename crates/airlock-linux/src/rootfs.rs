@@ -35,6 +35,8 @@ use crate::spec::{Image, Mapping};
 mod devproc;
 mod etc;
 
+pub use etc::sandbox_user_name;
+
 #[derive(Debug, Error)]
 pub enum RootfsError {
     #[error("cannot mount {fstype} on {target}: {source}")]

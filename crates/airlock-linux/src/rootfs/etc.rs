@@ -117,11 +117,11 @@ fn hex_lower(bytes: &[u8]) -> String {
 
 /// The sandbox user's name: the invoker's, except that a root invoker's sandbox user (a
 /// non-root uid) cannot be called `root`.
-pub(crate) fn sandbox_user_name(boot: &Bootstrap) -> String {
-    if boot.spec.user.name == "root" || boot.spec.user.name.is_empty() {
+pub fn sandbox_user_name(host_name: &str) -> String {
+    if host_name == "root" || host_name.is_empty() {
         "airlock".to_owned()
     } else {
-        boot.spec.user.name.clone()
+        host_name.to_owned()
     }
 }
 
@@ -138,7 +138,7 @@ fn passwd(boot: &Bootstrap) -> String {
         "root:x:0:0:root:/root:{sh}\n{name}:x:{uid}:{gid}:{name}:{home}:{sh}\n\
          nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
         sh = shell(),
-        name = sandbox_user_name(boot),
+        name = sandbox_user_name(&boot.spec.user.name),
         uid = boot.sandbox_uid,
         gid = boot.sandbox_gid,
         home = boot.spec.user.home.display(),
@@ -148,7 +148,7 @@ fn passwd(boot: &Bootstrap) -> String {
 fn group(boot: &Bootstrap) -> String {
     format!(
         "root:x:0:\n{name}:x:{gid}:\nnogroup:x:65534:\n",
-        name = sandbox_user_name(boot),
+        name = sandbox_user_name(&boot.spec.user.name),
         gid = boot.sandbox_gid,
     )
 }

@@ -275,9 +275,10 @@ fn create(dir: &Path) -> Result<(), CaError> {
     let cert = params
         .self_signed(&key)
         .map_err(crypto("cannot self-sign the CA"))?;
-    let pid = std::process::id();
-    let temp_key = dir.join(format!(".{KEY_FILE}.new.{pid}"));
-    let temp_cert = dir.join(format!(".{CERT_FILE}.new.{pid}"));
+    // Unique per creator (process, thread, attempt): two creators never share a temporary.
+    let unique = hex::encode(&random_serial().to_bytes()[..8]);
+    let temp_key = dir.join(format!(".{KEY_FILE}.new.{unique}"));
+    let temp_cert = dir.join(format!(".{CERT_FILE}.new.{unique}"));
     let write = |path: &Path, text: &str| {
         write_atomic(path, text.as_bytes(), 0o600).map_err(|source| CaError::Write {
             path: path.to_path_buf(),

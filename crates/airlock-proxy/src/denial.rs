@@ -141,11 +141,17 @@ impl fmt::Display for Denial {
     }
 }
 
-/// Visible ASCII only (a sandbox-chosen string must not break the header or drive a terminal).
+/// Visible ASCII and spaces only (a sandbox-chosen string must not break the header or drive a terminal).
 pub fn sanitize(text: &str) -> String {
     text.chars()
         .take(255)
-        .map(|c| if c.is_ascii_graphic() { c } else { '?' })
+        .map(|c| {
+            if c.is_ascii_graphic() || c == ' ' {
+                c
+            } else {
+                '?'
+            }
+        })
         .collect()
 }
 

@@ -43,11 +43,12 @@ pub type ProxyBody = BoxBody<Bytes, BoxError>;
 /// How long connecting to an upstream may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// A live upstream connection: the checked address and host it goes to, and its sender.
+type Upstream = (SocketAddr, String, SendRequest<ScanBody>);
+
 /// One reusable upstream connection per client connection, keyed by address and host.
 #[derive(Clone, Default)]
-pub struct UpstreamSlot(
-    Arc<tokio::sync::Mutex<Option<(SocketAddr, String, SendRequest<ScanBody>)>>>,
-);
+pub struct UpstreamSlot(Arc<tokio::sync::Mutex<Option<Upstream>>>);
 
 /// What the audit line of a request starts from.
 pub(crate) struct RequestStart {

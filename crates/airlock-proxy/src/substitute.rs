@@ -66,7 +66,7 @@ pub fn substitute_headers(
         let mut new_values = Vec::with_capacity(values.len());
         for value in values {
             let replaced = substitute_value(&name, value.as_bytes(), &bound, &mut out);
-            for b in table.find_in(&replaced.as_deref().unwrap_or(value.as_bytes()).to_vec()) {
+            for b in table.find_in(replaced.as_deref().unwrap_or(value.as_bytes())) {
                 out.warn(b, &format!("header {name}"), host);
             }
             match replaced.and_then(|v| HeaderValue::from_bytes(&v).ok()) {

@@ -341,11 +341,15 @@ fn read_or_create_salt(dir: &Path) -> Result<Redacted<Vec<u8>>, SecretError> {
         Err(source) => return Err(SecretError::Read { path, source }),
     }
     let mut salt = [0u8; 32];
-    getrandom::getrandom(&mut salt).map_err(|e| SecretError::Link {
-        path: path.clone(),
-        source: io::Error::other(e.to_string()),
-    })?;
-    let temp = dir.join(format!(".{SALT_FILE}.new.{}", std::process::id()));
+    let mut tag = [0u8; 8];
+    getrandom::getrandom(&mut salt)
+        .and_then(|()| getrandom::getrandom(&mut tag))
+        .map_err(|e| SecretError::Link {
+            path: path.clone(),
+            source: io::Error::other(e.to_string()),
+        })?;
+    // Unique per creator (random), so concurrent first opens never share a temporary.
+    let temp = dir.join(format!(".{SALT_FILE}.new.{}", hex::encode(tag)));
     write_atomic(&temp, hex::encode(salt).as_bytes(), 0o600).map_err(|source| {
         SecretError::Write {
             path: temp.clone(),
@@ -353,7 +357,7 @@ fn read_or_create_salt(dir: &Path) -> Result<Redacted<Vec<u8>>, SecretError> {
         }
     })?;
     let linked = std::fs::hard_link(&temp, &path);
-    let _ = std::fs::remove_file(&temp); // best effort: the name is ours and unique per pid
+    let _ = std::fs::remove_file(&temp); // best effort: the name is ours alone
     match linked {
         Ok(()) => {}
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {} // a concurrent open won

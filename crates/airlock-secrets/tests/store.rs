@@ -248,3 +248,24 @@ fn open_refuses_a_group_writable_store_directory() {
         Err(SecretError::Dir(_))
     ));
 }
+
+#[test]
+fn concurrent_first_opens_agree_on_one_salt() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().to_path_buf();
+    let name = airlock_secrets::SecretName::parse("TOKEN").unwrap();
+    let handles: Vec<_> = (0..8)
+        .map(|_| {
+            let root = root.clone();
+            let name = name.clone();
+            std::thread::spawn(move || SecretStore::open(&root).unwrap().placeholder(&name))
+        })
+        .collect();
+    let all: Vec<String> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    assert!(all.iter().all(|p| *p == all[0]), "{all:?}");
+    let leftovers: Vec<_> = std::fs::read_dir(root.join("secrets"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(leftovers, ["installation-salt"]);
+}

@@ -1,0 +1,7 @@
+//! airlock-proxy against real servers on loopback (one test binary, see ARCHITECTURE §4).
+
+mod common;
+mod denials;
+mod live;
+mod secrets;
+mod tls;

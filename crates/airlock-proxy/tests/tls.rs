@@ -1,0 +1,162 @@
+//! N6: tunnelled TLS is untouched; TLS to hosts with bound secrets is intercepted with the
+//! installation CA and verified upstream.
+
+use std::os::unix::fs::PermissionsExt;
+
+use airlock_config::policy::Action;
+use airlock_proxy::{CertificateAuthority, Mode};
+use rustls::client::danger::ServerCertVerifier;
+use rustls::pki_types::pem::PemObject;
+
+use crate::common::*;
+
+const API: &str = "api.test.example";
+
+async fn https_world(trust_test_ca: bool) -> (World, u16) {
+    let ca = TestCa::new();
+    let up = https_echo(&ca, API).await;
+    let port = up.port();
+    let setup = Setup {
+        policy: policy(vec![rule(Action::Allow, &format!("{API}:{port}"))]),
+        hosts: vec![(API, "127.0.0.1")],
+        trust_test_ca,
+    };
+    (World::start(setup, ca).await, port)
+}
+
+fn allow(port: u16) -> airlock_config::policy::Policy {
+    policy(vec![rule(Action::Allow, &format!("{API}:{port}"))])
+}
+
+#[tokio::test]
+async fn tunnelled_tls_shows_the_client_the_servers_own_certificate() {
+    let (w, port) = https_world(false).await;
+    let roots = client_tls(&[&w.test_ca.cert.pem()]);
+    let r = https_via(w.addr, &format!("{API}:{port}"), API, roots, "/t", &[])
+        .await
+        .unwrap();
+    assert_eq!(r.answer.status, 200);
+    assert!(der_contains(&r.peer, "airlock test upstream CA"));
+    assert!(!der_contains(&r.peer, "airlock sandbox interception CA"));
+    let entry = &w.audit(1).await[0];
+    assert_eq!(entry.mode, Mode::Tunnel);
+    assert_eq!(entry.method, "CONNECT");
+    assert!(entry.bytes_up > 0 && entry.bytes_down > 0, "{entry:?}");
+    assert!(
+        !w.ca_dir.exists(),
+        "no CA is created while nothing needs interception"
+    );
+}
+
+#[tokio::test]
+async fn tls_to_a_host_with_a_bound_secret_is_intercepted_with_an_airlock_leaf() {
+    let (w, port) = https_world(true).await;
+    w.set_secret("TOKEN", &[&format!("{API}:{port}")], None, allow(port));
+    let airlock_ca = w.proxy.ca().unwrap().cert_pem().to_owned();
+    let r = https_via(
+        w.addr,
+        &format!("{API}:{port}"),
+        API,
+        client_tls(&[&airlock_ca]),
+        "/i",
+        &[],
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.answer.status, 200, "{}", r.answer.body);
+    assert!(der_contains(&r.peer, "airlock sandbox interception CA"));
+    assert_eq!(r.answer.headers["x-upstream"], "echo");
+    let only_upstream_ca = client_tls(&[&w.test_ca.cert.pem()]);
+    let refused = https_via(
+        w.addr,
+        &format!("{API}:{port}"),
+        API,
+        only_upstream_ca,
+        "/i",
+        &[],
+    )
+    .await;
+    assert!(
+        refused.is_err(),
+        "the client must not see the upstream's own certificate"
+    );
+}
+
+#[tokio::test]
+async fn intercepted_upstream_with_an_untrusted_certificate_is_not_reached() {
+    let (w, port) = https_world(false).await;
+    w.set_secret("TOKEN", &[&format!("{API}:{port}")], None, allow(port));
+    let airlock_ca = w.proxy.ca().unwrap().cert_pem().to_owned();
+    let r = https_via(
+        w.addr,
+        &format!("{API}:{port}"),
+        API,
+        client_tls(&[&airlock_ca]),
+        "/",
+        &[],
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.answer.status, 502);
+    assert!(
+        r.answer.body.contains("upstream TLS verification failed"),
+        "{}",
+        r.answer.body
+    );
+    assert!(
+        !r.answer.body.contains("uri="),
+        "no request may reach an unverified upstream"
+    );
+}
+
+#[tokio::test]
+async fn ca_key_is_private_and_the_ca_is_stable_across_restarts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("ca");
+    let first = CertificateAuthority::load_or_create(&dir).unwrap();
+    let second = CertificateAuthority::load_or_create(&dir).unwrap();
+    assert_eq!(first.cert_pem(), second.cert_pem());
+    let mode = |p: &str| std::fs::metadata(dir.join(p)).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode("ca-key.pem"), 0o600);
+    assert_eq!(
+        std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777,
+        0o700
+    );
+    assert!(!first.cert_pem().contains("PRIVATE KEY"));
+    assert!(!format!("{first:?}").contains("PRIVATE"));
+    // A leaf issued after a restart still chains to the certificate written at first use.
+    let leaf = second.leaf("api.test.example").unwrap();
+    let mut store = rustls::RootCertStore::empty();
+    for c in rustls::pki_types::CertificateDer::pem_slice_iter(first.cert_pem().as_bytes()) {
+        store.add(c.unwrap()).unwrap();
+    }
+    let verifier =
+        rustls::client::WebPkiServerVerifier::builder_with_provider(store.into(), provider())
+            .build()
+            .unwrap();
+    let name = rustls::pki_types::ServerName::try_from("api.test.example").unwrap();
+    let now = rustls::pki_types::UnixTime::now();
+    verifier
+        .verify_server_cert(&leaf.cert[0], &[], &name, &[], now)
+        .unwrap();
+}
+
+#[tokio::test]
+async fn concurrent_first_use_agrees_on_one_ca() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("ca");
+    let handles: Vec<_> = (0..4)
+        .map(|_| {
+            let dir = dir.clone();
+            std::thread::spawn(move || {
+                CertificateAuthority::load_or_create(&dir)
+                    .unwrap()
+                    .cert_pem()
+                    .to_owned()
+            })
+        })
+        .collect();
+    let pems: Vec<String> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    let on_disk = std::fs::read_to_string(dir.join("ca.pem")).unwrap();
+    assert!(pems.iter().all(|p| *p == on_disk));
+}

@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use crate::cgroup::detect::{Controller, Layout};
+use crate::cgroup::PARENT_DIR;
 use crate::sys::probe::{self, ProbeOutcome, StepFailure};
 
 /// Result of one check.
@@ -357,11 +358,11 @@ fn cgroup_checks(
             },
             false,
             format!(
-                "{} not delegated to {}{}",
+                "{} not available to {}{}",
                 names(&v2_missing),
                 v2.own_dir.display(),
                 if v1_missing.is_empty() {
-                    "; v1 controllers are used instead"
+                    " (the v1 controllers are used instead)"
                 } else {
                     ""
                 }
@@ -420,51 +421,51 @@ fn v2_delegation_fix(invoker: &Invoker) -> String {
 fn create_check(layout: &Layout, invoker: &Invoker, writable: &dyn Fn(&Path) -> bool) -> Check {
     const ID: &str = "cgroup_create";
     const TITLE: &str = "this user may create cgroups for sandbox limits (I8)";
-    let base = crate::cgroup::base_dirs(layout);
-    let dirs: Vec<PathBuf> = match &base {
-        Some(dirs) => dirs.clone(),
-        None => {
-            return Check::not_ok(
-                ID,
-                TITLE,
-                Status::Warning,
-                false,
-                "no hierarchy offers memory, pids and cpu; default limits are skipped",
-                "see cgroup_v2 / cgroup_v1",
-            )
-        }
+    let Some(hierarchies) = crate::cgroup::hierarchies(layout) else {
+        return Check::not_ok(
+            ID,
+            TITLE,
+            Status::Warning,
+            false,
+            "no hierarchy offers memory, pids and cpu; default limits are skipped",
+            "see cgroup_v2 / cgroup_v1",
+        );
     };
-    let blocked: Vec<&PathBuf> = dirs.iter().filter(|d| !writable(d)).collect();
+    let usable = |d: &Path| writable(d) || writable(&d.join(PARENT_DIR));
+    let resolved: Vec<_> = hierarchies
+        .into_iter()
+        .map(|h| h.resolve_for_user(writable))
+        .collect();
+    let blocked: Vec<_> = resolved.iter().filter(|h| !usable(&h.base)).collect();
     if blocked.is_empty() {
+        let dirs: Vec<String> = resolved
+            .iter()
+            .map(|h| h.base.join(PARENT_DIR).display().to_string())
+            .collect();
         return Check::ok(
             ID,
             TITLE,
             false,
-            format!(
-                "sandbox cgroups go under {}",
-                dirs.iter()
-                    .map(|d| d.join("airlock").display().to_string())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
+            format!("sandbox cgroups go under {}", dirs.join(", ")),
         );
     }
     let detail = format!(
         "{} cannot create cgroups in {}: default limits are skipped with a warning, explicit limits are refused",
         invoker.name,
-        blocked.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ")
+        blocked.iter().map(|h| h.base.display().to_string()).collect::<Vec<_>>().join(", ")
     );
-    let fix = if layout.v2_missing().is_empty() {
+    let fix = if blocked.iter().any(|h| h.v2) {
         v2_delegation_fix(invoker)
     } else {
         blocked
             .iter()
-            .map(|d| {
-                format!(
-                    "mkdir -p {0} && chown {1} {0}",
-                    d.join("airlock").display(),
-                    invoker.name
-                )
+            .map(|h| {
+                let dir = h
+                    .delegated_root
+                    .as_ref()
+                    .unwrap_or(&h.base)
+                    .join(PARENT_DIR);
+                format!("mkdir -p {0} && chown {1} {0}", dir.display(), invoker.name)
             })
             .collect::<Vec<_>>()
             .join(" && ")

@@ -106,6 +106,36 @@ pub struct Hierarchy {
     /// Controllers this hierarchy provides (v1: the controllers of its mount; v2: all three).
     pub controllers: Vec<Controller>,
     pub v2: bool,
+    /// v1 only: the hierarchy's root, used instead of `base` when this user may not create
+    /// cgroups below its own cgroup but an administrator delegated `<root>/airlock` to it
+    /// (the fix `airlock doctor` prints; stable across login sessions).
+    pub delegated_root: Option<PathBuf>,
+}
+
+impl Hierarchy {
+    /// Picks where this user creates sandbox cgroups: `base` when it (or its `airlock`
+    /// directory) is writable, else a delegated `<root>/airlock`, else `base` (whose `mkdir`
+    /// then fails as not delegated).
+    pub fn resolve_for_user(mut self, writable: impl Fn(&Path) -> bool) -> Hierarchy {
+        let usable = |dir: &Path| writable(dir) || writable(&dir.join(PARENT_DIR));
+        if !usable(&self.base) {
+            if let Some(root) = self.delegated_root.take() {
+                if writable(&root.join(PARENT_DIR)) {
+                    self.base = root;
+                }
+            }
+        }
+        self
+    }
+}
+
+/// Whether this process may create entries in `dir` (`access(W_OK|X_OK)`).
+pub fn writable_by_me(dir: &Path) -> bool {
+    rustix::fs::access(
+        dir,
+        rustix::fs::Access::WRITE_OK | rustix::fs::Access::EXEC_OK,
+    )
+    .is_ok()
 }
 
 /// Directories in which airlock's `airlock` parent cgroup lives (one per hierarchy used), or
@@ -133,6 +163,7 @@ pub fn hierarchies(layout: &Layout) -> Option<Vec<Hierarchy>> {
             base,
             controllers: Controller::ALL.to_vec(),
             v2: true,
+            delegated_root: None,
         }]);
     }
     if !layout.v1_missing().is_empty() {
@@ -146,6 +177,7 @@ pub fn hierarchies(layout: &Layout) -> Option<Vec<Hierarchy>> {
                 base: m.own_dir.clone(),
                 controllers: vec![m.controller],
                 v2: false,
+                delegated_root: (m.own_dir != m.mount_point).then(|| m.mount_point.clone()),
             }),
         }
     }
@@ -190,7 +222,11 @@ impl Cgroup {
     pub fn create(name: &str, limits: &CgroupLimits) -> Result<Cgroup, CgroupError> {
         let layout = Layout::detect().map_err(CgroupError::Detect)?;
         let hierarchies = hierarchies(&layout).ok_or(CgroupError::NoControllers)?;
-        Self::create_in(hierarchies, name, limits)
+        let resolved = hierarchies
+            .into_iter()
+            .map(|h| h.resolve_for_user(writable_by_me))
+            .collect();
+        Self::create_in(resolved, name, limits)
     }
 
     /// Creates `name` in the given hierarchies (injectable for tests).

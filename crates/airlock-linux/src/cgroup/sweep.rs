@@ -63,7 +63,20 @@ impl OwnerMark {
 pub fn sweep_stale() -> Result<Vec<PathBuf>, CgroupError> {
     let layout = Layout::detect().map_err(CgroupError::Detect)?;
     match hierarchies(&layout) {
-        Some(hs) => sweep_stale_in(&hs, Path::new("/proc")),
+        Some(hs) => {
+            // Both places a sandbox cgroup may live: below our own cgroup and, for rootless
+            // v1, below an administrator-delegated root.
+            let mut all = hs.clone();
+            all.extend(hs.into_iter().filter_map(|h| {
+                let root = h.delegated_root.clone()?;
+                Some(Hierarchy {
+                    base: root,
+                    delegated_root: None,
+                    ..h
+                })
+            }));
+            sweep_stale_in(&all, Path::new("/proc"))
+        }
         None => Ok(Vec::new()),
     }
 }

@@ -12,6 +12,7 @@ fn v1(base: &Path, controllers: &[Controller]) -> Hierarchy {
         base: base.to_path_buf(),
         controllers: controllers.to_vec(),
         v2: false,
+        delegated_root: None,
     }
 }
 
@@ -20,6 +21,7 @@ fn v2(base: &Path) -> Hierarchy {
         base: base.to_path_buf(),
         controllers: Controller::ALL.to_vec(),
         v2: true,
+        delegated_root: None,
     }
 }
 
@@ -112,9 +114,42 @@ fn hybrid_layout_groups_v1_mounts_by_directory() {
     assert_eq!(hs.len(), 3);
     assert_eq!(
         hs[0],
-        v1(Path::new("/cg/memory/jobs/1"), &[Controller::Memory])
+        Hierarchy {
+            delegated_root: Some(PathBuf::from("/cg/memory")),
+            ..v1(Path::new("/cg/memory/jobs/1"), &[Controller::Memory])
+        }
+    );
+    assert_eq!(
+        hs[1],
+        v1(Path::new("/cg/pids"), &[Controller::Pids]),
+        "root cgroup: no alternative"
     );
     assert!(hs.iter().all(|h| !h.v2));
+}
+
+#[test]
+fn rootless_v1_uses_an_administrator_delegated_root_directory() {
+    let h = Hierarchy {
+        delegated_root: Some(PathBuf::from("/cg/memory")),
+        ..v1(
+            Path::new("/cg/memory/user.slice/session-3.scope"),
+            &[Controller::Memory],
+        )
+    };
+    let delegated = h
+        .clone()
+        .resolve_for_user(|p| p == Path::new("/cg/memory/airlock"));
+    assert_eq!(delegated.base, PathBuf::from("/cg/memory"));
+    let own = h.clone().resolve_for_user(|_| true);
+    assert_eq!(
+        own.base,
+        PathBuf::from("/cg/memory/user.slice/session-3.scope")
+    );
+    let nothing = h.resolve_for_user(|_| false);
+    assert_eq!(
+        nothing.base,
+        PathBuf::from("/cg/memory/user.slice/session-3.scope")
+    );
 }
 
 #[test]

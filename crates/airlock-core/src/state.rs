@@ -226,10 +226,10 @@ impl StateStore {
         value: &T,
     ) -> Result<u64, StateError> {
         let path = self.path_of(name)?;
-        let bytes = encode(name, expected, value)?;
+        let data = encode(name, value)?;
         self.create_root()?;
         let _lock = self.lock_record(name)?;
-        let found = read_json::<serde_json::Value>(&path)?.map(|r| r.revision);
+        let found = read_revision(&path)?;
         if found != expected {
             return Err(StateError::StaleRevision {
                 name: name.to_string(),
@@ -242,12 +242,11 @@ impl StateStore {
             None => self.removed_revision(name)?,
         };
         let revision = base + 1;
-        let bytes = reencode_revision(bytes, revision, name)?;
         remove_stray_temps(&self.root, OsStr::new(name)).map_err(|source| StateError::Remove {
             path: self.root.clone(),
             source,
         })?;
-        write_atomic(&path, &bytes, 0o600)?;
+        write_atomic(&path, &frame(revision, &data), 0o600)?;
         Ok(revision)
     }
 
@@ -281,7 +280,7 @@ impl StateStore {
     pub fn remove(&self, name: &str, expected: u64) -> Result<(), StateError> {
         let path = self.path_of(name)?;
         let _lock = self.lock_record(name)?;
-        let found = read_json::<serde_json::Value>(&path)?.map(|r| r.revision);
+        let found = read_revision(&path)?;
         if found != Some(expected) {
             return Err(StateError::StaleRevision {
                 name: name.to_string(),
@@ -353,35 +352,29 @@ impl StateStore {
     }
 }
 
-/// Serialises with a placeholder revision first, so an unencodable value fails before any
-/// lock is taken or directory created.
-fn encode<T: Serialize>(
-    name: &str,
-    expected: Option<u64>,
-    value: &T,
-) -> Result<serde_json::Value, StateError> {
-    let record = Record {
-        revision: expected.unwrap_or(0),
-        data: value,
-    };
-    serde_json::to_value(&record).map_err(|source| StateError::Encode {
+/// Serialises the data before any lock is taken or directory created, so an unencodable value
+/// fails early and the (possibly large) encoding does not lengthen the locked section.
+fn encode<T: Serialize>(name: &str, value: &T) -> Result<Vec<u8>, StateError> {
+    serde_json::to_vec(value).map_err(|source| StateError::Encode {
         name: name.to_string(),
         source,
     })
 }
 
-fn reencode_revision(
-    mut record: serde_json::Value,
-    revision: u64,
-    name: &str,
-) -> Result<Vec<u8>, StateError> {
-    record["revision"] = serde_json::Value::from(revision);
-    let mut bytes = serde_json::to_vec_pretty(&record).map_err(|source| StateError::Encode {
-        name: name.to_string(),
-        source,
-    })?;
-    bytes.push(b'\n');
-    Ok(bytes)
+/// The on-disk record around already-encoded data: `{"revision": N, "data": …}`.
+fn frame(revision: u64, data: &[u8]) -> Vec<u8> {
+    let head = format!("{{\n  \"revision\": {revision},\n  \"data\": ");
+    let mut bytes = Vec::with_capacity(head.len() + data.len() + 3);
+    bytes.extend_from_slice(head.as_bytes());
+    bytes.extend_from_slice(data);
+    bytes.extend_from_slice(b"\n}\n");
+    bytes
+}
+
+/// The revision of the record at `path` (`None` when absent), checking that the file is a
+/// whole record without building its data.
+fn read_revision(path: &Path) -> Result<Option<u64>, StateError> {
+    Ok(read_json::<serde::de::IgnoredAny>(path)?.map(|r| r.revision))
 }
 
 fn read_json<T: DeserializeOwned>(path: &Path) -> Result<Option<Record<T>>, StateError> {

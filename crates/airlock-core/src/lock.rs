@@ -186,3 +186,31 @@ fn read_holder(file: &mut File) -> Option<Holder> {
         std::thread::sleep(Duration::from_millis(5));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn current_holder_is_this_process_and_its_command_line() {
+        let holder = Holder::current();
+        assert_eq!(holder.pid, std::process::id());
+        let exe = std::env::args().next().unwrap();
+        assert!(holder.command.starts_with(&exe), "{holder:?}");
+    }
+
+    #[test]
+    fn busy_message_names_pid_and_command() {
+        let err = LockError::Busy {
+            path: PathBuf::from("/s/lock"),
+            pid: Some(42),
+            command: Some("airlock up".into()),
+            waited: Duration::from_secs(5),
+        };
+        let text = err.to_string();
+        assert!(
+            text.contains("pid 42") && text.contains("airlock up"),
+            "{text}"
+        );
+    }
+}

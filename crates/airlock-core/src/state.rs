@@ -242,10 +242,7 @@ impl StateStore {
             None => self.removed_revision(name)?,
         };
         let revision = base + 1;
-        remove_stray_temps(&self.root, OsStr::new(name)).map_err(|source| StateError::Remove {
-            path: self.root.clone(),
-            source,
-        })?;
+        self.remove_stray_temps(name)?;
         write_atomic(&path, &frame(revision, &data), 0o600)?;
         Ok(revision)
     }
@@ -279,14 +276,20 @@ impl StateStore {
     /// continues from this revision (see module docs).
     pub fn remove(&self, name: &str, expected: u64) -> Result<(), StateError> {
         let path = self.path_of(name)?;
+        // An absent record (or store) is stale for any expectation; checking before locking
+        // keeps a failed removal from creating the store or a lock file.
+        let stale = |found| StateError::StaleRevision {
+            name: name.to_string(),
+            expected: Some(expected),
+            found,
+        };
+        if read_revision(&path)?.is_none() {
+            return Err(stale(None));
+        }
         let _lock = self.lock_record(name)?;
         let found = read_revision(&path)?;
         if found != Some(expected) {
-            return Err(StateError::StaleRevision {
-                name: name.to_string(),
-                expected: Some(expected),
-                found,
-            });
+            return Err(stale(found));
         }
         let tomb = serde_json::to_vec(&Tombstone { revision: expected }).map_err(|source| {
             StateError::Encode {
@@ -294,8 +297,24 @@ impl StateStore {
                 source,
             }
         })?;
+        self.remove_stray_temps(name)?;
         write_atomic(&self.sidecar(name, "removed"), &tomb, 0o600)?;
         std::fs::remove_file(&path).map_err(|source| StateError::Remove { path, source })
+    }
+
+    /// Deletes temporaries of the record and of its tombstone left by killed writers. Only
+    /// called under the record lock, when no writer of either file can be mid-write.
+    fn remove_stray_temps(&self, name: &str) -> Result<(), StateError> {
+        let tombstone = format!(".{name}.removed");
+        for target in [name, tombstone.as_str()] {
+            remove_stray_temps(&self.root, OsStr::new(target)).map_err(|source| {
+                StateError::Remove {
+                    path: self.root.clone(),
+                    source,
+                }
+            })?;
+        }
+        Ok(())
     }
 
     fn sidecar(&self, name: &str, kind: &str) -> PathBuf {
@@ -389,10 +408,11 @@ fn read_json<T: DeserializeOwned>(path: &Path) -> Result<Option<Record<T>>, Stat
         })
 }
 
-/// Reads a whole file, refusing a symlink in its place; `None` when absent.
+/// Reads a whole file, refusing a symlink or a non-regular file (a FIFO would block the
+/// reader forever; `O_NONBLOCK` keeps the open itself from blocking); `None` when absent.
 fn read_nofollow(path: &Path) -> Result<Option<Vec<u8>>, StateError> {
     use std::io::Read;
-    let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
     let fd = match rustix::fs::open(path, flags, Mode::empty()) {
         Ok(fd) => fd,
         Err(Errno::NOENT) => return Ok(None),
@@ -403,6 +423,24 @@ fn read_nofollow(path: &Path) -> Result<Option<Vec<u8>>, StateError> {
             })
         }
     };
+    let regular = rustix::fs::fstat(&fd).map(|st| {
+        rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::RegularFile
+    });
+    match regular {
+        Ok(true) => {}
+        Ok(false) => {
+            return Err(StateError::Read {
+                path: path.to_path_buf(),
+                source: io::Error::new(io::ErrorKind::InvalidData, "not a regular file"),
+            })
+        }
+        Err(e) => {
+            return Err(StateError::Read {
+                path: path.to_path_buf(),
+                source: e.into(),
+            })
+        }
+    }
     let mut bytes = Vec::new();
     File::from(fd)
         .read_to_end(&mut bytes)

@@ -261,3 +261,44 @@ fn update_passes_current_data_and_returns_the_new_record() {
         .unwrap();
     assert_eq!((second.revision, second.data), (2, vec![1, 2]));
 }
+
+#[test]
+fn removing_an_absent_record_is_stale_and_creates_nothing() {
+    let (dir, store) = store();
+    assert!(matches!(
+        store.remove("rec.json", 1),
+        Err(StateError::StaleRevision {
+            expected: Some(1),
+            found: None,
+            ..
+        })
+    ));
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}
+
+#[test]
+fn a_fifo_planted_as_a_record_is_refused_instead_of_blocking_the_reader() {
+    let (_dir, store) = store();
+    store.write("rec.json", None, &1u8).unwrap();
+    let path = store.path_of("rec.json").unwrap();
+    std::fs::remove_file(&path).unwrap();
+    let status = std::process::Command::new("mkfifo")
+        .arg(&path)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    assert!(matches!(
+        store.read::<u8>("rec.json"),
+        Err(StateError::Read { .. })
+    ));
+}
+
+#[test]
+fn temporaries_of_a_killed_tombstone_write_are_cleaned_by_the_next_write() {
+    let (_dir, store) = store();
+    store.write("rec.json", None, &1u8).unwrap();
+    let stray = store.root().join("..rec.json.removed.tmp.1.2");
+    std::fs::write(&stray, b"{").unwrap();
+    store.write("rec.json", Some(1), &2u8).unwrap();
+    assert!(!stray.exists());
+}

@@ -418,6 +418,19 @@ mod tests {
     }
 
     #[test]
+    fn security_doc_lists_every_denied_syscall() {
+        let doc = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/security.md");
+        let text = std::fs::read_to_string(doc).expect("docs/security.md exists");
+        for r in RULES {
+            assert!(
+                text.contains(&format!("`{}`", r.syscall)),
+                "docs/security.md does not mention `{}`",
+                r.syscall
+            );
+        }
+    }
+
+    #[test]
     fn every_rule_states_a_reason() {
         for r in RULES {
             assert!(r.reason.len() > 10, "{} needs a reason", r.syscall);

@@ -425,6 +425,7 @@ fn kill_all(
     dirs: &[PathBuf],
     deadline: Instant,
 ) -> Result<(), CgroupError> {
+    let start = Instant::now();
     if let Some((_, dir)) = hierarchies
         .iter()
         .zip(dirs)
@@ -446,7 +447,7 @@ fn kill_all(
         if Instant::now() >= deadline {
             return Err(CgroupError::StillBusy {
                 path: dirs[0].clone(),
-                waited: Duration::ZERO,
+                waited: start.elapsed(),
             });
         }
         std::thread::sleep(Duration::from_millis(5));

@@ -122,7 +122,10 @@ fn janitor_main(pipe: libc::c_int, targets: &[Target], grace_ns: i64) -> ! {
     // SAFETY: (this block) raw syscalls on valid descriptors and stack buffers.
     unsafe {
         libc::setsid();
-        libc::syscall(libc::SYS_close_range, 0, pipe as libc::c_uint - 1, 0);
+        // Everything but the pipe (which may itself be descriptor 0 if airlock ran without stdin).
+        if pipe > 0 {
+            libc::syscall(libc::SYS_close_range, 0, pipe as libc::c_uint - 1, 0);
+        }
         libc::syscall(
             libc::SYS_close_range,
             pipe as libc::c_uint + 1,

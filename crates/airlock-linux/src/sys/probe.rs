@@ -87,6 +87,9 @@ pub(super) fn run_in_child<F: FnOnce(&mut [i32; REPORT_LEN])>(
         });
     }
     if pid == 0 {
+        // SAFETY: alarm only arms a timer; SIGALRM's default action ends a probe that hangs,
+        // which the parent reports as `ChildSignaled` instead of waiting forever.
+        unsafe { libc::alarm(10) };
         let mut report = [UNSET; REPORT_LEN];
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(&mut report)));
         let code = if outcome.is_ok() { 0 } else { 127 };

@@ -302,3 +302,66 @@ fn temporaries_of_a_killed_tombstone_write_are_cleaned_by_the_next_write() {
     store.write("rec.json", Some(1), &2u8).unwrap();
     assert!(!stray.exists());
 }
+
+#[derive(Debug, Clone)]
+enum Op {
+    /// Write based on the revision just read (what a well-behaved caller does).
+    WriteCurrent(u8),
+    /// Write based on an arbitrary, possibly stale, expectation.
+    WriteGuess(Option<u64>, u8),
+    RemoveCurrent,
+    RemoveGuess(u64),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        any::<u8>().prop_map(Op::WriteCurrent),
+        (proptest::option::of(0u64..6), any::<u8>()).prop_map(|(e, d)| Op::WriteGuess(e, d)),
+        Just(Op::RemoveCurrent),
+        (0u64..6).prop_map(Op::RemoveGuess),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    /// Against a model: a write or removal succeeds exactly when its expectation matches the
+    /// record on disk; revisions only grow, also across removals; a failed call changes nothing.
+    #[test]
+    fn store_follows_the_compare_and_swap_model(ops in proptest::collection::vec(op(), 1..12)) {
+        let (_dir, store) = store();
+        let mut current: Option<(u64, u8)> = None;
+        let mut last_removed = 0u64;
+        for op in ops {
+            let cur_rev = current.map(|(r, _)| r);
+            match op {
+                Op::WriteCurrent(d) | Op::WriteGuess(_, d) => {
+                    let expected = match op { Op::WriteGuess(e, _) => e, _ => cur_rev };
+                    let got = store.write("m.json", expected, &d);
+                    if expected == cur_rev {
+                        let rev = cur_rev.unwrap_or(last_removed) + 1;
+                        prop_assert_eq!(got.unwrap(), rev);
+                        current = Some((rev, d));
+                    } else {
+                        let is_stale = matches!(got, Err(StateError::StaleRevision { .. }));
+                        prop_assert!(is_stale);
+                    }
+                }
+                Op::RemoveCurrent | Op::RemoveGuess(_) => {
+                    let expected = match op { Op::RemoveGuess(e) => e, _ => cur_rev.unwrap_or(0) };
+                    let got = store.remove("m.json", expected);
+                    if cur_rev == Some(expected) {
+                        prop_assert!(got.is_ok());
+                        last_removed = expected;
+                        current = None;
+                    } else {
+                        let is_stale = matches!(got, Err(StateError::StaleRevision { .. }));
+                        prop_assert!(is_stale);
+                    }
+                }
+            }
+            let on_disk = store.read::<u8>("m.json").unwrap().map(|r| (r.revision, r.data));
+            prop_assert_eq!(on_disk, current);
+        }
+    }
+}

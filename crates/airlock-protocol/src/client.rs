@@ -154,9 +154,10 @@ impl ExecClient {
                 let controller = self.controller.clone();
                 thread::spawn(move || pump_stdin(reader, &controller));
             }
-            None => self
-                .controller
-                .send(&Packet::Control(Message::StdinClosed))?,
+            // A failure here (the guest refused the exec and closed) is reported by `receive`.
+            None => {
+                let _ = self.controller.send(&Packet::Control(Message::StdinClosed));
+            }
         }
         let result = self.receive(stdout, stderr);
         // Wakes the stdin pump's next write and tells the guest we are gone.

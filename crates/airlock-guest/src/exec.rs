@@ -1,0 +1,462 @@
+//! Serving one exec stream.
+//!
+//! Order of operations on a stream:
+//! 1. handshake (guest side: nonce out, proof in, verified before anything else is read);
+//! 2. exactly one `exec`; anything else first is refused with `unexpected_message`;
+//! 3. the process is spawned through `airlock_linux::sys::process` and registered with the
+//!    reaper under one lock; `started { pid }` is sent;
+//! 4. two activities run until the process ends: this thread reads host input (`stdin`,
+//!    `stdin_closed`, `resize`, `signal`), and an output thread forwards the process's output
+//!    and, once the reaper reports the exit and the output reached EOF (or [`DRAIN_GRACE`]
+//!    passed, for background processes that keep the descriptors open), sends `exited` /
+//!    `signaled` and shuts the stream down.
+//!
+//! Stdin is written by its own thread through a bounded queue, so a process that does not
+//! read its input never blocks `resize` or `signal`. A host that disappears mid-run hangs the
+//! process up (`SIGHUP` to its group), as a closed terminal would.
+
+use std::collections::BTreeMap;
+use std::os::fd::OwnedFd;
+use std::os::unix::net::UnixStream;
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use airlock_linux::sys::process::{self, ChildStep, Identity, ProcessError, SpawnSpec};
+use airlock_protocol::{
+    guest_handshake, read_packet, write_packet, ErrorCode, ExecRequest, ExecUser, Message, Packet,
+    RemoteError, VersionRange,
+};
+use rustix::event::{poll, PollFd, PollFlags};
+use rustix::io::Errno;
+use rustix::pipe::{pipe_with, PipeFlags};
+use rustix::process::{kill_process_group, Pid, Signal};
+
+use crate::children::{Children, ExitReport, ExitWatch};
+use crate::options::GuestOptions;
+use crate::pty;
+
+/// How long output is still forwarded after the process exited while something else keeps
+/// its stdout/stderr open.
+pub const DRAIN_GRACE: Duration = Duration::from_millis(250);
+/// Largest chunk read from the process's output (well under the frame limit).
+const CHUNK: usize = 64 * 1024;
+/// Stdin chunks queued for a process that is not reading.
+const STDIN_QUEUE: usize = 64;
+/// `PATH` when neither the base environment nor the request sets one.
+const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// State shared by every stream of one guest.
+pub struct Shared {
+    /// The guest's configuration.
+    pub opts: GuestOptions,
+    /// The process table.
+    pub children: Children,
+    /// Whether `setgroups(2)` is permitted in this user namespace.
+    pub setgroups_allowed: bool,
+}
+
+type Writer = Arc<Mutex<UnixStream>>;
+
+fn send(writer: &Writer, packet: &Packet) -> bool {
+    let mut stream = writer
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    write_packet(&mut *stream, packet).is_ok()
+}
+
+fn send_error(writer: &Writer, code: ErrorCode, message: impl Into<String>) {
+    send(
+        writer,
+        &Packet::Control(Message::Error(RemoteError::new(code, message))),
+    );
+}
+
+/// The guest's ends of a process's stdio.
+struct Ends {
+    /// Where stdin bytes go: the pipe's write end, or the PTY master.
+    stdin: OwnedFd,
+    /// Output descriptors and the frame kind each one feeds.
+    outputs: Vec<(OwnedFd, Output)>,
+    /// The PTY master, for `resize` (PTY mode only).
+    master: Option<OwnedFd>,
+}
+
+/// A started process.
+struct Process {
+    pid: u32,
+    ends: Ends,
+    watch: ExitWatch,
+}
+
+/// What the input loop controls.
+struct Input {
+    pid: u32,
+    master: Option<OwnedFd>,
+    stdin: Option<SyncSender<Vec<u8>>>,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Output {
+    Stdout,
+    Stderr,
+}
+
+/// Serves one stream until its process has ended or the stream failed.
+pub fn serve(mut stream: UnixStream, shared: &Shared) {
+    let Ok(version) = guest_handshake(&mut stream, &shared.opts.key, VersionRange::CURRENT) else {
+        return; // the handshake already told the peer why
+    };
+    let Ok(writer) = stream.try_clone() else {
+        return;
+    };
+    let writer: Writer = Arc::new(Mutex::new(writer));
+    let request = match read_packet(&mut stream) {
+        Ok(Some(Packet::Control(Message::Exec(request)))) => request,
+        Ok(None) => return,
+        Ok(Some(other)) => {
+            return send_error(
+                &writer,
+                ErrorCode::UnexpectedMessage,
+                format!("expected exec, received {}", other.name()),
+            )
+        }
+        Err(err) => return send_error(&writer, ErrorCode::BadRequest, err.to_string()),
+    };
+    let process = match start(shared, &request) {
+        Ok(process) => process,
+        Err(err) => return send_error(&writer, err.code, err.message),
+    };
+    let pid = process.pid;
+    send(&writer, &Packet::Control(Message::Started { pid }));
+    let Process { ends, watch, .. } = process;
+    let output_writer = Arc::clone(&writer);
+    let outputs = ends.outputs;
+    let output = thread::spawn(move || pump_output(outputs, watch, &output_writer));
+    let input = Input {
+        pid,
+        master: ends.master,
+        stdin: Some(spawn_stdin_writer(ends.stdin)),
+    };
+    read_input(&mut stream, &writer, shared, version, input);
+    let _ = output.join();
+}
+
+/// Spawns the process `request` describes, or says why not.
+fn start(shared: &Shared, request: &ExecRequest) -> Result<Process, RemoteError> {
+    request
+        .validate()
+        .map_err(|e| RemoteError::new(ErrorCode::BadRequest, e.to_string()))?;
+    let opts = &shared.opts;
+    let (identity, confinement, home, name) = match request.user {
+        ExecUser::Sandbox => {
+            let user = &opts.sandbox_user;
+            let identity = identity(shared, user.uid, user.gid);
+            (
+                identity,
+                &opts.confinement,
+                user.home.as_str(),
+                user.name.as_str(),
+            )
+        }
+        ExecUser::Root if opts.root_allowed => (
+            identity(shared, 0, 0),
+            &opts.root_confinement,
+            "/root",
+            "root",
+        ),
+        ExecUser::Root => {
+            return Err(RemoteError::new(
+                ErrorCode::RootNotAllowed,
+                "this sandbox does not provide a root identity (see `airlock doctor`)",
+            ))
+        }
+    };
+    let env = environment(opts, request, home, name);
+    let cwd = match &request.cwd {
+        Some(cwd) => cwd.clone(),
+        None if std::path::Path::new(home).is_dir() => home.to_string(),
+        None => "/".to_string(),
+    };
+    let internal = |e: &dyn std::fmt::Display| RemoteError::new(ErrorCode::Internal, e.to_string());
+    let (stdio, ends) = match &request.tty {
+        Some(tty) => pty_stdio(tty.size).map_err(|e| internal(&e))?,
+        None => pipe_stdio().map_err(|e| internal(&e))?,
+    };
+    let spec = SpawnSpec {
+        argv: request.argv.clone(),
+        env,
+        cwd,
+        stdio,
+        controlling_tty: request.tty.is_some(),
+        identity,
+    };
+    let spawned = shared
+        .children
+        .spawn_registered(|| process::spawn(spec, confinement))
+        .map_err(|e| internal(&e))?;
+    let (pid, watch) = spawned.map_err(|e| spawn_error(&e))?;
+    Ok(Process { pid, ends, watch })
+}
+
+/// The identity switch for `uid`/`gid`. An unprivileged guest that already *is* that
+/// identity (a runtime without a user namespace, or the test harness run by an ordinary user)
+/// cannot call `setgroups` and has nothing to switch, so it keeps its own identity; a guest
+/// running as root always switches, with an empty supplementary group list where allowed.
+fn identity(shared: &Shared, uid: u32, gid: u32) -> Identity {
+    let (my_uid, my_gid) = (rustix::process::getuid(), rustix::process::getgid());
+    if !my_uid.is_root() && my_uid.as_raw() == uid && my_gid.as_raw() == gid {
+        return Identity::Inherit;
+    }
+    let groups = shared.setgroups_allowed.then(Vec::new);
+    Identity::Switch { uid, gid, groups }
+}
+
+/// The environment: identity defaults, then the base environment, then the request, then
+/// `TERM` for a terminal. Later entries win.
+fn environment(
+    opts: &GuestOptions,
+    request: &ExecRequest,
+    home: &str,
+    name: &str,
+) -> Vec<(String, String)> {
+    let mut env: BTreeMap<String, String> = BTreeMap::new();
+    env.insert("PATH".into(), DEFAULT_PATH.into());
+    env.insert("HOME".into(), home.into());
+    env.insert("USER".into(), name.into());
+    env.insert("LOGNAME".into(), name.into());
+    env.extend(opts.env_base.iter().cloned());
+    env.extend(request.env.iter().map(|(k, v)| (k.clone(), v.clone())));
+    if let Some(tty) = &request.tty {
+        env.insert("TERM".into(), tty.term.clone());
+    }
+    env.into_iter().collect()
+}
+
+/// A spawn failure as a typed wire error (the CLI maps not-found to 127, denied to 126).
+fn spawn_error(err: &ProcessError) -> RemoteError {
+    let code = match err {
+        ProcessError::Child {
+            step: ChildStep::Exec,
+            source,
+            ..
+        } => match source.raw_os_error() {
+            Some(libc::ENOENT) => ErrorCode::CommandNotFound,
+            Some(libc::EACCES) => ErrorCode::PermissionDenied,
+            _ => ErrorCode::SpawnFailed,
+        },
+        ProcessError::Child { .. } => ErrorCode::SpawnFailed,
+        ProcessError::Nul { .. } | ProcessError::EmptyArgv => ErrorCode::BadRequest,
+        ProcessError::Syscall { .. } => ErrorCode::Internal,
+    };
+    RemoteError::new(code, err.to_string())
+}
+
+fn pipe_stdio() -> Result<([OwnedFd; 3], Ends), Errno> {
+    let (in_read, in_write) = pipe_with(PipeFlags::CLOEXEC)?;
+    let (out_read, out_write) = pipe_with(PipeFlags::CLOEXEC)?;
+    let (err_read, err_write) = pipe_with(PipeFlags::CLOEXEC)?;
+    let outputs = vec![(out_read, Output::Stdout), (err_read, Output::Stderr)];
+    Ok((
+        [in_read, out_write, err_write],
+        Ends {
+            stdin: in_write,
+            outputs,
+            master: None,
+        },
+    ))
+}
+
+fn pty_stdio(size: airlock_protocol::WindowSize) -> Result<([OwnedFd; 3], Ends), PtyStdioError> {
+    let pty = pty::open_pty(size)?;
+    let dup = |fd: &OwnedFd| rustix::io::fcntl_dupfd_cloexec(fd, 0);
+    let stdio = [dup(&pty.slave)?, dup(&pty.slave)?, pty.slave];
+    let ends = Ends {
+        stdin: dup(&pty.master)?,
+        outputs: vec![(dup(&pty.master)?, Output::Stdout)],
+        master: Some(pty.master),
+    };
+    Ok((stdio, ends))
+}
+
+#[derive(Debug, thiserror::Error)]
+enum PtyStdioError {
+    #[error(transparent)]
+    Pty(#[from] pty::PtyError),
+    #[error("duplicating a terminal descriptor failed: {0}")]
+    Dup(#[from] Errno),
+}
+
+/// Writes queued stdin chunks to `fd`; dropping the sender closes the process's stdin.
+fn spawn_stdin_writer(fd: OwnedFd) -> SyncSender<Vec<u8>> {
+    let (tx, rx): (SyncSender<Vec<u8>>, Receiver<Vec<u8>>) = sync_channel(STDIN_QUEUE);
+    thread::spawn(move || {
+        let mut open = true;
+        for chunk in rx {
+            let mut rest = chunk.as_slice();
+            while open && !rest.is_empty() {
+                match rustix::io::write(&fd, rest) {
+                    Ok(n) => rest = &rest[n..],
+                    Err(Errno::INTR) => continue,
+                    // The process closed its stdin (EPIPE) or the terminal went away: the rest
+                    // is discarded, but the queue is still drained so the reader never blocks.
+                    Err(_) => open = false,
+                }
+            }
+        }
+    });
+    tx
+}
+
+/// Reads host input until the stream ends. Returns when the host is gone or the output
+/// thread shut the stream down after the exit status.
+fn read_input(
+    stream: &mut UnixStream,
+    writer: &Writer,
+    shared: &Shared,
+    version: u32,
+    input: Input,
+) {
+    let Input {
+        pid,
+        master,
+        mut stdin,
+    } = input;
+    let pty_mode = master.is_some();
+    let group = Pid::from_raw(pid as i32);
+    let signal_group = |signal: Signal| {
+        if let Some(group) = group {
+            if shared.children.is_running(pid) {
+                let _ = kill_process_group(group, signal);
+            }
+        }
+    };
+    loop {
+        let packet = match read_packet(stream) {
+            Ok(Some(packet)) => packet,
+            // The host is gone (or we shut the stream down after the exit): hang up.
+            Ok(None) => return signal_group(Signal::HUP),
+            Err(err) => {
+                send_error(writer, ErrorCode::BadRequest, err.to_string());
+                return signal_group(Signal::KILL);
+            }
+        };
+        match packet {
+            Packet::Stdin(data) if stdin.is_some() => {
+                if let Some(tx) = &stdin {
+                    let _ = tx.send(data);
+                }
+            }
+            Packet::Control(Message::StdinClosed) if !pty_mode => stdin = None,
+            // A terminal has no end of input; the process ends on its own or by signal.
+            Packet::Control(Message::StdinClosed) => {}
+            Packet::Control(Message::Resize(size)) => {
+                if let Some(master) = &master {
+                    let _ = pty::resize(master, size);
+                }
+            }
+            Packet::Control(Message::Signal { signal }) => match Signal::from_named_raw(signal) {
+                Some(signal) => signal_group(signal),
+                None => send_error(
+                    writer,
+                    ErrorCode::BadRequest,
+                    format!("unknown signal {signal}"),
+                ),
+            },
+            Packet::Control(message) if message.since() > version => {
+                send_error(
+                    writer,
+                    ErrorCode::UnexpectedMessage,
+                    format!("{} needs a newer protocol", message.name()),
+                );
+                return signal_group(Signal::KILL);
+            }
+            other => {
+                send_error(
+                    writer,
+                    ErrorCode::UnexpectedMessage,
+                    format!("{} is not valid while a process runs", other.name()),
+                );
+                return signal_group(Signal::KILL);
+            }
+        }
+    }
+}
+
+/// Forwards output until the process ended and its output is drained, then reports the exit.
+fn pump_output(mut open: Vec<(OwnedFd, Output)>, watch: ExitWatch, writer: &Writer) {
+    let mut buf = vec![0u8; CHUNK];
+    let mut report: Option<ExitReport> = None;
+    let mut deadline: Option<Instant> = None;
+    loop {
+        if open.is_empty() && report.is_none() {
+            report = watch.report.recv().ok();
+            break;
+        }
+        if open.is_empty() || deadline.is_some_and(|d| Instant::now() >= d) {
+            break;
+        }
+        let wake_index = open.len();
+        let mut fds: Vec<PollFd<'_>> = open
+            .iter()
+            .map(|(fd, _)| PollFd::new(fd, PollFlags::IN))
+            .collect();
+        if report.is_none() {
+            fds.push(PollFd::new(&watch.wake, PollFlags::IN));
+        }
+        let timeout = deadline.map(|d| {
+            let left = d.saturating_duration_since(Instant::now());
+            rustix::event::Timespec {
+                tv_sec: left.as_secs() as i64,
+                tv_nsec: i64::from(left.subsec_nanos()),
+            }
+        });
+        match poll(&mut fds, timeout.as_ref()) {
+            Ok(_) | Err(Errno::INTR) => {}
+            Err(_) => break,
+        }
+        let ready: Vec<bool> = fds.iter().map(|fd| !fd.revents().is_empty()).collect();
+        drop(fds);
+        if ready.get(wake_index).copied().unwrap_or(false) {
+            report = watch.report.recv().ok();
+            deadline = Some(Instant::now() + DRAIN_GRACE);
+        }
+        let mut closed = Vec::new();
+        for (index, (fd, kind)) in open.iter().enumerate() {
+            if !ready[index] {
+                continue;
+            }
+            match rustix::io::read(fd, &mut buf) {
+                Ok(0) => closed.push(index),
+                Ok(n) => {
+                    let data = buf[..n].to_vec();
+                    let packet = match kind {
+                        Output::Stdout => Packet::Stdout(data),
+                        Output::Stderr => Packet::Stderr(data),
+                    };
+                    send(writer, &packet);
+                }
+                Err(Errno::INTR) | Err(Errno::AGAIN) => {}
+                // EIO: every holder of the PTY slave closed it.
+                Err(_) => closed.push(index),
+            }
+        }
+        for index in closed.into_iter().rev() {
+            open.remove(index);
+        }
+    }
+    let message = match report {
+        Some(ExitReport::Code(code)) => Message::Exited { code },
+        Some(ExitReport::Signal(signal)) => Message::Signaled { signal },
+        None => Message::Error(RemoteError::new(
+            ErrorCode::Internal,
+            "the exit status was lost",
+        )),
+    };
+    send(writer, &Packet::Control(message));
+    let stream = writer
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let _ = stream.shutdown(std::net::Shutdown::Both);
+}

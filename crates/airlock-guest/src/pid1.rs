@@ -1,0 +1,139 @@
+//! The guest's PID 1.
+//!
+//! Order of operations in [`run`]:
+//! 1. `PR_SET_DUMPABLE = 0` first, before any secret is in use: no sandbox process — not
+//!    even one with the same uid — may ptrace PID 1, read its memory or open `/proc/1/fd/*`
+//!    (where the control socket and the key would be reachable).
+//! 2. When not actually PID 1 (tests, or a runtime without a PID namespace), become a child
+//!    subreaper so orphans are still re-parented to us and reaped.
+//! 3. Install real handlers for `SIGCHLD`, `SIGTERM`, `SIGINT`, `SIGHUP` (a PID namespace's
+//!    init only receives signals it has handlers for) feeding a self-pipe, and start the
+//!    signal thread: `SIGCHLD` reaps every zombie, the others are forwarded to the process
+//!    group of every process the guest started.
+//! 4. Receive stream descriptors on the control socket and serve each on its own thread.
+//! 5. When the control socket closes (the host is gone), kill every process group and
+//!    return; as PID 1 of the namespace, exiting takes the whole sandbox down with it.
+
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::sync::Arc;
+use std::thread;
+
+use airlock_linux::sys::process::{install_signal_pipe, ProcessError};
+use airlock_protocol::{recv_stream, FdPassError};
+use rustix::io::Errno;
+use rustix::process::{getpid, DumpableBehavior, Signal};
+
+use crate::children::Children;
+use crate::exec::{self, Shared};
+use crate::options::GuestOptions;
+
+/// Why the guest could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum GuestError {
+    /// A process attribute could not be set.
+    #[error("prctl({option}) failed: {source}")]
+    Prctl {
+        /// The option.
+        option: &'static str,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The signal handlers could not be installed.
+    #[error(transparent)]
+    Signals(#[from] ProcessError),
+    /// The control socket failed.
+    #[error(transparent)]
+    Control(#[from] FdPassError),
+}
+
+fn prctl(option: &'static str) -> impl FnOnce(Errno) -> GuestError {
+    move |errno| GuestError::Prctl {
+        option,
+        source: errno.into(),
+    }
+}
+
+/// Runs PID 1 until the control socket closes. Returns the process exit code: 0 after an
+/// orderly shutdown, 70 when the guest could not start or lost its control socket.
+pub fn run(control: OwnedFd, opts: GuestOptions) -> i32 {
+    match serve(control, opts) {
+        Ok(()) => 0,
+        Err(err) => {
+            eprintln!("airlock guest: {err}");
+            70
+        }
+    }
+}
+
+fn serve(control: OwnedFd, opts: GuestOptions) -> Result<(), GuestError> {
+    rustix::process::set_dumpable_behavior(DumpableBehavior::NotDumpable)
+        .map_err(prctl("PR_SET_DUMPABLE"))?;
+    let me = getpid();
+    if !me.is_init() {
+        rustix::process::set_child_subreaper(Some(me)).map_err(prctl("PR_SET_CHILD_SUBREAPER"))?;
+    }
+    let shared = Arc::new(Shared {
+        opts,
+        children: Children::default(),
+        setgroups_allowed: setgroups_allowed(),
+    });
+    let signals = install_signal_pipe(&[libc::SIGCHLD, libc::SIGTERM, libc::SIGINT, libc::SIGHUP])?;
+    let for_signals = Arc::clone(&shared);
+    thread::spawn(move || handle_signals(&signals, &for_signals.children));
+    // Children that exited before the handler existed.
+    shared.children.reap();
+    let result = accept_streams(&control, &shared);
+    shared.children.signal_all(Signal::KILL);
+    result
+}
+
+/// Serves every stream the host opens until the control socket closes.
+fn accept_streams(control: &OwnedFd, shared: &Arc<Shared>) -> Result<(), GuestError> {
+    loop {
+        match recv_stream(control.as_fd()) {
+            Ok(Some(fd)) => {
+                let shared = Arc::clone(shared);
+                thread::spawn(move || exec::serve(UnixStream::from(fd), &shared));
+            }
+            Ok(None) => return Ok(()),
+            // A malformed open request is dropped; the channel itself is still fine.
+            Err(FdPassError::DescriptorCount { .. } | FdPassError::UnknownTag { .. }) => continue,
+            Err(err @ FdPassError::Syscall { .. }) => return Err(err.into()),
+        }
+    }
+}
+
+/// The signal thread: reaps on `SIGCHLD`, forwards termination signals.
+fn handle_signals(pipe: &OwnedFd, children: &Children) {
+    let mut buf = [0u8; 64];
+    loop {
+        let n = match rustix::io::read(pipe, &mut buf) {
+            Ok(0) => return,
+            Ok(n) => n,
+            Err(Errno::INTR) => continue,
+            Err(_) => return,
+        };
+        let mut reaped = false;
+        for &byte in &buf[..n] {
+            match i32::from(byte) {
+                libc::SIGCHLD if !reaped => {
+                    children.reap();
+                    reaped = true;
+                }
+                libc::SIGCHLD => {}
+                signal => {
+                    if let Some(signal) = Signal::from_named_raw(signal) {
+                        children.signal_all(signal);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `setgroups(2)` is refused in a user namespace whose `/proc/self/setgroups` says `deny`
+/// (unprivileged id maps); then supplementary groups are left as they are.
+fn setgroups_allowed() -> bool {
+    std::fs::read_to_string("/proc/self/setgroups").map_or(true, |text| text.trim() != "deny")
+}

@@ -5,3 +5,4 @@
 pub mod common;
 
 mod cli;
+mod runtime;

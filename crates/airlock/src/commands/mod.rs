@@ -16,6 +16,7 @@ pub mod doctor;
 pub mod init;
 pub mod plan;
 mod project;
+pub mod run;
 pub mod trust;
 pub mod version;
 
@@ -27,6 +28,8 @@ pub enum Command {
     Config(config::ConfigArgs),
     /// Validate everything and show the effective configuration with origins; changes nothing
     Plan(plan::PlanArgs),
+    /// Run one command in an ephemeral sandbox of the project, then destroy it
+    Run(run::RunArgs),
     /// Trust this project's config to widen the network policy (until the file changes)
     Trust(trust::TrustArgs),
     /// Withdraw trust from this project's config
@@ -43,6 +46,7 @@ pub fn run(command: Command, ctx: &Context) -> Result<Report, CommandError> {
         Command::Init(args) => init::run(args, ctx),
         Command::Config(args) => config::run(args, ctx),
         Command::Plan(args) => plan::run(args, ctx),
+        Command::Run(args) => run::run(args, ctx),
         Command::Trust(args) => trust::run_trust(args, ctx),
         Command::Untrust(args) => trust::run_untrust(args, ctx),
         Command::Doctor(args) => doctor::run(args, ctx),

@@ -1,0 +1,439 @@
+//! `airlock run [-i] [-t] [-w DIR] [-e K=V]… [--root] [--memory-mb N] -- CMD…`: an ephemeral
+//! sandbox for the active project (PRODUCT §2, I1–I9, O5).
+//!
+//! Order of operations:
+//! 1. Validate the whole command line (`-e`, `-w`, `-t` needs a terminal) and the configuration
+//!    (project discovery C4, strict load) before any side effect: exit 2 on any problem.
+//! 2. Build the [`SandboxSpec`] (a plain value: the runtime makes no policy decisions).
+//! 3. Limits: create the sandbox's cgroup (with its janitor, so a SIGKILLed airlock leaves none);
+//!    where the user may not create cgroups, default limits are skipped with a warning naming
+//!    `airlock doctor`, an explicit limit refuses the run.
+//! 4. Start the sandbox; PID 1 joins the cgroup before it exists (the join hook).
+//! 5. Exec CMD through the control channel (authenticated stream), stdin streamed with `-i`,
+//!    a PTY with `-t`; forward SIGINT/SIGTERM/SIGHUP to CMD's process group.
+//! 6. Destroy the sandbox and its cgroup, then exit with CMD's status (128+N for signal N).
+//!
+//! If airlock itself dies, the sandbox dies with it (PDEATHSIG chain, control socket EOF) and
+//! the janitor removes the cgroup.
+
+use std::collections::BTreeMap;
+use std::path::{Component, Path, PathBuf};
+use std::time::Duration;
+
+use airlock_config::Effective;
+use airlock_linux::bootstrap::{BootstrapError, STAGE_INIT, STAGE_NAMESPACES, STAGE_ROOTFS};
+use airlock_linux::host::{Sandbox, StartError, StartOptions};
+use airlock_linux::spec::{HostUser, Image, Limit, Limits, Mapping, SandboxSpec};
+use airlock_protocol::{ExecRequest, ExecUser};
+use clap::Args;
+
+use super::plan::load_effective;
+use super::project::active_project;
+use super::Report;
+use crate::context::{ensure_root, Context};
+use crate::error::{CommandError, ErrorKind};
+
+mod exec;
+mod limits;
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// Stream stdin to the command
+    #[arg(short = 'i', long)]
+    pub interactive: bool,
+    /// Give the command a terminal (PTY); needs a terminal on stdin and stdout
+    #[arg(short = 't', long)]
+    pub tty: bool,
+    /// Working directory inside the sandbox (inside a workspace, mount or the sandbox home)
+    #[arg(short = 'w', long = "workdir", value_name = "DIR")]
+    pub workdir: Option<PathBuf>,
+    /// Set an environment variable for the command (repeatable)
+    #[arg(short = 'e', long = "env", value_name = "K=V")]
+    pub env: Vec<String>,
+    /// Run as root of the sandbox's user namespace (never the host's root)
+    #[arg(long)]
+    pub root: bool,
+    /// Memory limit in MiB for this run only (minimum 256); no file is rewritten
+    #[arg(long, value_name = "N")]
+    pub memory_mb: Option<u64>,
+    /// The command and its arguments
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+/// Runs the command; on success this function does not return (the process exits with CMD's
+/// status, which the report/exit-code path of the CLI cannot carry).
+pub fn run(args: RunArgs, ctx: &Context) -> Result<Report, CommandError> {
+    // 1. Everything is validated before the first side effect.
+    let env = parse_env(&args.env)?;
+    if args.tty && !(ctx.stdin_is_terminal && ctx.stdout_is_terminal) {
+        return Err(
+            CommandError::usage("-t needs a terminal on stdin and stdout")
+                .with_hint("drop -t (use -i to stream stdin), or run from a terminal"),
+        );
+    }
+    let roots = ctx.roots()?;
+    let project = active_project(ctx)?;
+    let mut notes = Vec::new();
+    let effective = load_effective(&roots, Some(project), args.memory_mb, &mut notes)?;
+    for n in &notes {
+        eprintln!("{n}");
+    }
+    let spec = build_spec(&effective, args.root)?;
+    let cwd = resolve_workdir(args.workdir.as_deref(), &ctx.cwd, &spec)?;
+    let request = ExecRequest {
+        argv: args.command.clone(),
+        env,
+        cwd: Some(cwd.to_string_lossy().into_owned()),
+        user: if args.root {
+            ExecUser::Root
+        } else {
+            ExecUser::Sandbox
+        },
+        tty: if args.tty {
+            Some(exec::tty_request())
+        } else {
+            None
+        },
+    };
+    request
+        .validate()
+        .map_err(|e| CommandError::usage(e.to_string()))?;
+
+    // 3.–6.
+    ensure_root(&roots, &roots.runtime)?;
+    let opts = StartOptions {
+        exe: PathBuf::from("/proc/self/exe"),
+        sandboxes_dir: roots.runtime.join("sandboxes"),
+    };
+    // Runtime directories of runs whose airlock was killed (L9: ownership-checked cleanup).
+    airlock_linux::host::sweep_stale(&opts.sandboxes_dir);
+    let mut cgroup = limits::prepare(&spec)?;
+    let started = Sandbox::start(&spec, &opts, &mut |pid| cgroup.join(pid));
+    let sandbox = match started {
+        Ok(s) => s,
+        Err(e) => {
+            cgroup.destroy();
+            return Err(start_error(e));
+        }
+    };
+    let outcome = exec::run(&sandbox, &request, args.interactive);
+    let destroyed = sandbox.destroy(Duration::from_secs(2));
+    cgroup.destroy();
+    let status = outcome?;
+    if let Err(e) = destroyed {
+        eprintln!("airlock: warning: {e}");
+    }
+    std::process::exit(status)
+}
+
+fn parse_env(items: &[String]) -> Result<BTreeMap<String, String>, CommandError> {
+    let mut env = BTreeMap::new();
+    for item in items {
+        let valid = |k: &str| {
+            !k.is_empty()
+                && !k.contains(['=', '\0'])
+                && !k.starts_with(|c: char| c.is_ascii_digit())
+        };
+        match item.split_once('=') {
+            Some((k, v)) if valid(k) && !v.contains('\0') => {
+                env.insert(k.to_owned(), v.to_owned());
+            }
+            _ => {
+                return Err(CommandError::usage(format!(
+                    "-e {item:?} is not of the form NAME=VALUE"
+                ))
+                .with_hint("write -e NAME=VALUE, e.g. -e RUST_LOG=debug"))
+            }
+        }
+    }
+    Ok(env)
+}
+
+/// The invoking host user: uid/gid of this process, name from `/etc/passwd` (or `$USER`).
+fn host_user(home: &Path) -> HostUser {
+    let uid = rustix::process::getuid().as_raw();
+    let gid = rustix::process::getgid().as_raw();
+    let name = std::fs::read_to_string("/etc/passwd")
+        .ok()
+        .and_then(|text| airlock_linux::doctor::user_name_for(&text, uid))
+        .or_else(|| std::env::var("USER").ok())
+        .unwrap_or_default();
+    HostUser {
+        uid,
+        gid,
+        name,
+        home: home.to_path_buf(),
+    }
+}
+
+fn build_spec(eff: &Effective, root: bool) -> Result<SandboxSpec, CommandError> {
+    use airlock_config::Origin;
+    let image = match &eff.image.value {
+        airlock_config::effective::Image::Host => Image::Host,
+        airlock_config::effective::Image::Directory(p) => Image::Directory(p.clone()),
+        airlock_config::effective::Image::Named(name) => {
+            return Err(CommandError::new(
+                ErrorKind::Config,
+                "image.unsupported",
+                format!("the imported image {name:?} cannot be used by `run` yet"),
+            )
+            .with_hint("set image = \"host\" or a directory rootfs in the config"))
+        }
+    };
+    let explicit = |o: Origin| match o {
+        Origin::Default => false,
+        Origin::User | Origin::Project | Origin::Flag => true,
+    };
+    let limits = Limits {
+        memory_mb: Some(Limit {
+            value: eff.memory_mb.value,
+            explicit: explicit(eff.memory_mb.origin),
+        }),
+        pids_max: Some(Limit {
+            value: eff.pids_max.value,
+            explicit: explicit(eff.pids_max.origin),
+        }),
+        cpus: eff.cpus.value.map(|value| Limit {
+            value,
+            explicit: explicit(eff.cpus.origin),
+        }),
+    };
+    let user = host_user(&eff.home.sandbox_path);
+    let home = eff.home.sandbox_path.to_string_lossy().into_owned();
+    let id = sandbox_id();
+    Ok(SandboxSpec {
+        hostname: "airlock".to_owned(),
+        image,
+        workspaces: eff
+            .workspaces
+            .iter()
+            .map(|w| Mapping {
+                host: w.host_path.clone(),
+                sandbox: w.sandbox_path.clone(),
+                writable: true,
+            })
+            .collect(),
+        mounts: eff
+            .mounts
+            .iter()
+            .map(|m| Mapping {
+                host: m.host_path.clone(),
+                sandbox: m.sandbox_path.clone(),
+                writable: !m.read_only,
+            })
+            .collect(),
+        env: vec![
+            (
+                "PATH".to_owned(),
+                "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_owned(),
+            ),
+            ("LANG".to_owned(), "C.UTF-8".to_owned()),
+            ("HOME".to_owned(), home),
+        ],
+        user,
+        limits,
+        require_root: root,
+        id,
+    })
+}
+
+/// `run-<pid>-<random>`: unique among this user's live sandboxes, `[a-z0-9-]`.
+fn sandbox_id() -> String {
+    let mut b = [0u8; 4];
+    let _ = getrandom_bytes(&mut b);
+    let r: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    format!("run-{}-{r}", std::process::id())
+}
+
+fn getrandom_bytes(buf: &mut [u8]) -> std::io::Result<()> {
+    use std::io::Read;
+    std::fs::File::open("/dev/urandom")?.read_exact(buf)
+}
+
+/// The working directory inside the sandbox: `-w` (relative to the current directory), else
+/// the current directory when it is mapped, else the first workspace. It must lie inside a
+/// workspace, a mount or the sandbox home once symlinks are resolved; `/proc` paths (e.g.
+/// `/proc/self/fd/N`, which would name a host descriptor) and `..` escapes are refused.
+fn resolve_workdir(
+    requested: Option<&Path>,
+    cwd: &Path,
+    spec: &SandboxSpec,
+) -> Result<PathBuf, CommandError> {
+    let mapped: Vec<&Path> = spec
+        .workspaces
+        .iter()
+        .chain(spec.mounts.iter())
+        .map(|m| m.sandbox.as_path())
+        .collect();
+    let home = spec.user.home.as_path();
+    let refuse = |p: &Path, why: &str| {
+        CommandError::usage(format!("-w {}: {why}", p.display())).with_hint(
+            "pass a directory inside the project's workspace, a configured mount or $HOME",
+        )
+    };
+    let Some(req) = requested else {
+        let inside = mapped.iter().any(|m| cwd.starts_with(m));
+        return Ok(if inside {
+            cwd.to_path_buf()
+        } else {
+            mapped
+                .first()
+                .map(|m| m.to_path_buf())
+                .unwrap_or_else(|| home.to_path_buf())
+        });
+    };
+    let joined =
+        normalize(&cwd.join(req)).ok_or_else(|| refuse(req, "escapes the root with '..'"))?;
+    if joined.starts_with("/proc") || joined.starts_with("/dev") {
+        return Err(refuse(req, "paths through /proc or /dev are not allowed"));
+    }
+    if let Some(m) = mapped.iter().find(|m| joined.starts_with(m)) {
+        // Same path on the host: resolve symlinks there and require the result to stay inside.
+        let real = std::fs::canonicalize(&joined)
+            .map_err(|e| refuse(req, &format!("cannot be resolved ({e})")))?;
+        if !real.starts_with(m) || !real.is_dir() {
+            return Err(refuse(
+                req,
+                "resolves outside the mapped directory or is not a directory",
+            ));
+        }
+        return Ok(real);
+    }
+    if joined.starts_with(home) {
+        // The sandbox's own home starts empty: only the home itself exists at start.
+        if joined == home {
+            return Ok(joined);
+        }
+        return Err(refuse(req, "does not exist in the sandbox's (empty) home"));
+    }
+    Err(refuse(req, "is outside the sandbox's mapped directories"))
+}
+
+/// Lexical normalization of an absolute path; `None` when `..` climbs above `/`.
+fn normalize(path: &Path) -> Option<PathBuf> {
+    let mut out = PathBuf::from("/");
+    for c in path.components() {
+        match c {
+            Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
+            Component::ParentDir => {
+                if !out.pop() {
+                    return None;
+                }
+            }
+            Component::Normal(n) => out.push(n),
+        }
+    }
+    Some(out)
+}
+
+/// Classifies a start failure (PRODUCT O5: 69 when the host cannot provide the backend).
+fn start_error(e: StartError) -> CommandError {
+    let doctor = "run `airlock doctor` to see what this host is missing";
+    match &e {
+        StartError::RootUnavailable { .. } => CommandError::new(
+            ErrorKind::BackendUnavailable,
+            "run.root_unavailable",
+            e.to_string(),
+        )
+        .with_hint("run without --root, or add subordinate ids (see `airlock doctor`)"),
+        StartError::IdMap(_) => CommandError::new(
+            ErrorKind::BackendUnavailable,
+            "backend.idmap",
+            e.to_string(),
+        )
+        .with_hint(doctor),
+        StartError::Init { source } => match source {
+            BootstrapError::Remote { stage, .. } if stage == STAGE_NAMESPACES => CommandError::new(
+                ErrorKind::BackendUnavailable,
+                "backend.namespaces",
+                e.to_string(),
+            )
+            .with_hint(doctor),
+            BootstrapError::Remote { stage, .. } if stage == STAGE_ROOTFS => CommandError::new(
+                ErrorKind::BackendUnavailable,
+                "backend.rootfs",
+                e.to_string(),
+            )
+            .with_hint(doctor),
+            BootstrapError::Remote { stage, .. } => {
+                debug_assert!(stage == STAGE_INIT || !stage.is_empty());
+                CommandError::internal("run.start", e.to_string()).with_hint(doctor)
+            }
+            BootstrapError::Read(_)
+            | BootstrapError::Decode(_)
+            | BootstrapError::Sync(_)
+            | BootstrapError::Closed { .. }
+            | BootstrapError::Unexpected { .. } => {
+                CommandError::internal("run.start", e.to_string()).with_hint(doctor)
+            }
+        },
+        StartError::Limits(_) => CommandError::new(
+            ErrorKind::BackendUnavailable,
+            "backend.cgroup",
+            e.to_string(),
+        )
+        .with_hint(doctor),
+        StartError::Create { .. } | StartError::Io { .. } | StartError::Spawn { .. } => {
+            CommandError::internal("run.start", e.to_string())
+                .with_hint("check the permissions of airlock's runtime directory")
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec_with(ws: &Path, home: &Path) -> SandboxSpec {
+        SandboxSpec {
+            id: "t".into(),
+            image: Image::Host,
+            workspaces: vec![Mapping {
+                host: ws.into(),
+                sandbox: ws.into(),
+                writable: true,
+            }],
+            mounts: vec![],
+            user: HostUser {
+                uid: 1,
+                gid: 1,
+                name: "u".into(),
+                home: home.into(),
+            },
+            hostname: "h".into(),
+            env: vec![],
+            limits: Limits::default(),
+            require_root: false,
+        }
+    }
+
+    #[test]
+    fn env_items_must_be_name_equals_value() {
+        assert!(parse_env(&["A=1".into(), "B=".into()]).is_ok());
+        for bad in ["A", "=1", "1A=x"] {
+            assert_eq!(parse_env(&[bad.into()]).unwrap_err().kind, ErrorKind::Usage);
+        }
+    }
+
+    #[test]
+    fn workdir_through_proc_fd_or_outside_mappings_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let ws = std::fs::canonicalize(tmp.path()).unwrap();
+        std::fs::create_dir(ws.join("sub")).unwrap();
+        std::os::unix::fs::symlink("/etc", ws.join("out")).unwrap();
+        let spec = spec_with(&ws, Path::new("/home/u"));
+        let ok = resolve_workdir(Some(Path::new("sub")), &ws, &spec).unwrap();
+        assert_eq!(ok, ws.join("sub"));
+        for bad in ["/proc/self/fd/3", "/etc", "out", "../..", "/dev/fd/4"] {
+            assert!(
+                resolve_workdir(Some(Path::new(bad)), &ws, &spec).is_err(),
+                "{bad} was accepted"
+            );
+        }
+        assert_eq!(
+            resolve_workdir(Some(Path::new("/home/u")), &ws, &spec).unwrap(),
+            PathBuf::from("/home/u")
+        );
+    }
+}

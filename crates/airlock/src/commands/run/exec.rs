@@ -1,0 +1,187 @@
+//! Running the one command of `airlock run` through the control channel.
+//!
+//! The stream is opened over the control socket (`SCM_RIGHTS`) and authenticated with the
+//! per-epoch key. SIGINT, SIGTERM and SIGHUP sent to airlock are forwarded to the command's
+//! process group (a dedicated thread `sigwait`s them; they are blocked in every other thread);
+//! with `-t` the host terminal is in raw mode (restored on every exit path by a guard) and
+//! SIGWINCH becomes a window-size message.
+
+use std::io::{IsTerminal, Write};
+use std::os::fd::AsFd;
+
+use airlock_linux::host::Sandbox;
+use airlock_protocol::{
+    ClientError, ErrorCode, ExecClient, ExecRequest, Key, TtyRequest, WindowSize,
+};
+use nix::sys::signal::{SigSet, Signal};
+
+use crate::error::{CommandError, ErrorKind};
+
+/// The PTY request for `-t`: the host terminal's size and `TERM`.
+pub fn tty_request() -> TtyRequest {
+    TtyRequest {
+        size: window_size().unwrap_or(WindowSize { rows: 24, cols: 80 }),
+        term: std::env::var("TERM").unwrap_or_else(|_| "xterm-256color".to_owned()),
+    }
+}
+
+fn window_size() -> Option<WindowSize> {
+    let ws = rustix::termios::tcgetwinsize(std::io::stdout().as_fd()).ok()?;
+    (ws.ws_row > 0 && ws.ws_col > 0).then_some(WindowSize {
+        rows: ws.ws_row,
+        cols: ws.ws_col,
+    })
+}
+
+/// Puts the terminal on stdin in raw mode until dropped.
+struct RawMode {
+    saved: rustix::termios::Termios,
+}
+
+impl RawMode {
+    fn enter() -> Option<RawMode> {
+        let stdin = std::io::stdin();
+        if !stdin.is_terminal() {
+            return None;
+        }
+        let saved = rustix::termios::tcgetattr(stdin.as_fd()).ok()?;
+        let mut raw = saved.clone();
+        raw.make_raw();
+        rustix::termios::tcsetattr(stdin.as_fd(), rustix::termios::OptionalActions::Now, &raw)
+            .ok()?;
+        Some(RawMode { saved })
+    }
+}
+
+impl Drop for RawMode {
+    fn drop(&mut self) {
+        let _ = rustix::termios::tcsetattr(
+            std::io::stdin().as_fd(),
+            rustix::termios::OptionalActions::Now,
+            &self.saved,
+        );
+    }
+}
+
+/// Runs `request` in `sandbox`; returns the shell-convention status (128+N for signal N).
+pub fn run(
+    sandbox: &Sandbox,
+    request: &ExecRequest,
+    interactive: bool,
+) -> Result<i32, CommandError> {
+    let control = sandbox.control().ok_or_else(|| {
+        CommandError::internal("run.control", "the sandbox's control channel is closed")
+    })?;
+    let stream = airlock_protocol::open_stream(control)
+        .map_err(|e| CommandError::internal("run.stream", e.to_string()))?;
+    let client =
+        ExecClient::connect(stream, &Key::from_bytes(*sandbox.key())).map_err(client_error)?;
+    forward_signals(client.controller(), request.tty.is_some());
+    // Without -i the command gets an immediately closed stdin. It is sent through the stdin
+    // pump too (an empty reader) rather than inline, so a guest that refuses the request and
+    // closes the stream first still has its typed error read instead of a broken pipe.
+    let stdin: Box<dyn std::io::Read + Send> = if interactive || request.tty.is_some() {
+        Box::new(std::io::stdin())
+    } else {
+        Box::new(std::io::empty())
+    };
+    let _raw = request.tty.as_ref().and_then(|_| RawMode::enter());
+    let mut stdout = std::io::stdout();
+    let mut stderr = std::io::stderr();
+    let result = client.run(request, Some(stdin), &mut stdout, &mut stderr);
+    let _ = stdout.flush();
+    match result {
+        Ok(status) => Ok(status.shell_code()),
+        Err(ClientError::Remote(e)) => match e.code {
+            ErrorCode::CommandNotFound => {
+                eprintln!("airlock: {}", escape(&e.message));
+                Ok(127)
+            }
+            ErrorCode::PermissionDenied => {
+                eprintln!("airlock: {}", escape(&e.message));
+                Ok(126)
+            }
+            ErrorCode::RootNotAllowed
+            | ErrorCode::VersionMismatch
+            | ErrorCode::AuthFailed
+            | ErrorCode::BadRequest
+            | ErrorCode::SpawnFailed
+            | ErrorCode::UnexpectedMessage
+            | ErrorCode::Internal => Err(client_error(ClientError::Remote(e))),
+        },
+        Err(e) => Err(client_error(e)),
+    }
+}
+
+/// Forwards terminating signals (and window changes with a PTY) into the exec. The signals are
+/// blocked in this thread before the forwarding thread starts, so every later thread inherits
+/// the mask and only the forwarder receives them.
+fn forward_signals(controller: airlock_protocol::ExecController, tty: bool) {
+    let mut set = SigSet::empty();
+    for s in [
+        Signal::SIGINT,
+        Signal::SIGTERM,
+        Signal::SIGHUP,
+        Signal::SIGQUIT,
+    ] {
+        set.add(s);
+    }
+    if tty {
+        set.add(Signal::SIGWINCH);
+    }
+    if set.thread_block().is_err() {
+        return;
+    }
+    std::thread::spawn(move || loop {
+        let Ok(sig) = set.wait() else { return };
+        let sent = if sig == Signal::SIGWINCH {
+            match window_size() {
+                Some(size) => controller.resize(size),
+                None => Ok(()),
+            }
+        } else {
+            controller.signal(sig as i32)
+        };
+        if sent.is_err() {
+            return;
+        }
+    });
+}
+
+fn client_error(e: ClientError) -> CommandError {
+    let (kind, code) = match &e {
+        ClientError::Remote(r) => match r.code {
+            ErrorCode::RootNotAllowed => (ErrorKind::BackendUnavailable, "run.root_unavailable"),
+            ErrorCode::BadRequest => (ErrorKind::Usage, "run.bad_request"),
+            ErrorCode::CommandNotFound | ErrorCode::PermissionDenied | ErrorCode::SpawnFailed => {
+                (ErrorKind::Failed, "run.spawn")
+            }
+            ErrorCode::VersionMismatch
+            | ErrorCode::AuthFailed
+            | ErrorCode::UnexpectedMessage
+            | ErrorCode::Internal => (ErrorKind::Internal, "run.guest"),
+        },
+        ClientError::Request(_) => (ErrorKind::Usage, "run.bad_request"),
+        ClientError::Handshake(_)
+        | ClientError::Packet(_)
+        | ClientError::Unexpected { .. }
+        | ClientError::Closed
+        | ClientError::Clone(_) => (ErrorKind::Internal, "run.channel"),
+        ClientError::Output { .. } => (ErrorKind::Failed, "run.output"),
+    };
+    CommandError::new(kind, code, escape(&e.to_string()))
+        .with_hint("run `airlock doctor`; if it reports nothing, this is a bug in airlock")
+}
+
+/// Control characters from the guest are escaped before they reach the host terminal (O1).
+fn escape(s: &str) -> String {
+    s.chars()
+        .flat_map(|c| {
+            if c.is_control() {
+                c.escape_default().collect::<Vec<_>>()
+            } else {
+                vec![c]
+            }
+        })
+        .collect()
+}

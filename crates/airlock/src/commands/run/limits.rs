@@ -1,0 +1,105 @@
+//! The sandbox's cgroup for `run` (PRODUCT I8): created before the sandbox, joined by the init
+//! stage before PID 1 exists, removed after it (and by the janitor if airlock is killed).
+//!
+//! Rule (issue 3): where this user may not create cgroups, *default* limits are skipped with a
+//! warning naming `airlock doctor`; a limit set explicitly (config or flag) refuses the run.
+
+use std::time::Duration;
+
+use airlock_linux::cgroup::{Cgroup, CgroupError, CgroupLimits};
+use airlock_linux::spec::SandboxSpec;
+use airlock_linux::sys::janitor::Janitor;
+
+use crate::error::{CommandError, ErrorKind};
+
+/// The cgroup of one run, or nothing when default limits were skipped.
+pub struct RunCgroup {
+    cgroup: Option<(Cgroup, Janitor)>,
+}
+
+impl RunCgroup {
+    /// Moves the init stage (host pid) into the cgroup; PID 1 and every sandbox process inherit it.
+    pub fn join(&mut self, pid: u32) -> Result<(), String> {
+        match &self.cgroup {
+            Some((cg, _)) => cg.add_pid(pid).map_err(|e| e.to_string()),
+            None => Ok(()),
+        }
+    }
+
+    /// Kills what is left in the cgroup and removes it (bounded).
+    pub fn destroy(&mut self) {
+        if let Some((cg, janitor)) = self.cgroup.take() {
+            if let Err(e) = cg.destroy(Duration::from_secs(5)) {
+                eprintln!("airlock: warning: {e}");
+            }
+            // The cgroup is gone: the janitor has nothing left to do.
+            janitor.release(Duration::from_millis(500));
+        }
+    }
+}
+
+/// Creates the cgroup with the spec's limits (see the module docs for the skip rule).
+pub fn prepare(spec: &SandboxSpec) -> Result<RunCgroup, CommandError> {
+    let l = &spec.limits;
+    let limits = CgroupLimits {
+        memory_bytes: l.memory_mb.map(|m| m.value.saturating_mul(1024 * 1024)),
+        pids_max: l.pids_max.map(|p| p.value),
+        cpus: l.cpus.map(|c| c.value),
+    };
+    let explicit: Vec<&str> = [
+        l.memory_mb.filter(|m| m.explicit).map(|_| "memory_mb"),
+        l.pids_max.filter(|p| p.explicit).map(|_| "pids_max"),
+        l.cpus.filter(|c| c.explicit).map(|_| "cpus"),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    let unavailable = |e: CgroupError| {
+        CommandError::new(
+            ErrorKind::BackendUnavailable,
+            "backend.cgroup",
+            e.to_string(),
+        )
+        .with_hint("run `airlock doctor` to see how to delegate cgroups to this user")
+    };
+    match Cgroup::create(&spec.id, &limits) {
+        Ok(cg) => {
+            let janitor = cg
+                .spawn_janitor(Duration::from_secs(2))
+                .map_err(unavailable)?;
+            Ok(RunCgroup {
+                cgroup: Some((cg, janitor)),
+            })
+        }
+        Err(e @ (CgroupError::NotDelegated { .. } | CgroupError::NoControllers)) => {
+            if explicit.is_empty() {
+                eprintln!(
+                    "airlock: warning: running without resource limits: {e}; \
+                     run `airlock doctor` for the fix"
+                );
+                Ok(RunCgroup { cgroup: None })
+            } else {
+                Err(CommandError::new(
+                    ErrorKind::BackendUnavailable,
+                    "backend.cgroup",
+                    format!(
+                        "the limits you set ({}) cannot be enforced: {e}",
+                        explicit.join(", ")
+                    ),
+                )
+                .with_hint("run `airlock doctor` to see how to delegate cgroups to this user"))
+            }
+        }
+        Err(
+            e @ (CgroupError::Detect(_)
+            | CgroupError::InvalidName { .. }
+            | CgroupError::AlreadyExists { .. }
+            | CgroupError::Create { .. }
+            | CgroupError::Write { .. }
+            | CgroupError::Read { .. }
+            | CgroupError::StillBusy { .. }
+            | CgroupError::Remove { .. }
+            | CgroupError::Janitor { .. }),
+        ) => Err(unavailable(e)),
+    }
+}

@@ -1,0 +1,133 @@
+//! One test per isolation guarantee of PRODUCT §5 (I1–I5, I9) that is not an attack class.
+
+use super::harness::ok;
+#[allow(unused_imports)]
+use super::harness::Rt;
+
+both! {
+    /// I1: user, mount, pid, net, uts, ipc and cgroup namespaces all differ from the host's.
+    fn every_namespace_differs_from_the_host(rt) {
+        let kinds = ["user", "mnt", "pid", "net", "uts", "ipc", "cgroup"];
+        let script: String = kinds.iter().map(|k| format!("readlink /proc/self/ns/{k};")).collect();
+        let run = rt.sh(&[], &script);
+        let inside: Vec<&str> = ok(&run).lines().collect();
+        assert_eq!(inside.len(), kinds.len(), "{run:?}");
+        for (kind, got) in kinds.iter().zip(inside) {
+            let host = std::fs::read_link(format!("/proc/self/ns/{kind}")).unwrap();
+            assert_ne!(got, host.to_string_lossy(), "{kind} namespace is the host's");
+        }
+    }
+}
+
+both! {
+    /// I2: only the allowlisted system directories of the host exist; the directories that
+    /// must start empty are empty (the host's /var, /srv, /mnt, /media, /run, /root, /home).
+    fn only_allowlisted_host_directories_are_visible(rt) {
+        let allowed = [
+            "usr", "etc", "opt", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "home",
+            "root", "var", "srv", "mnt", "media", "run", "tmp", "proc", "sys", "dev",
+        ];
+        let run = rt.sh(&[], "ls -A /; echo ---; ls -A /var /srv /mnt /media /run /home");
+        let out = ok(&run);
+        let (top, rest) = out.split_once("---").unwrap();
+        for entry in top.lines() {
+            assert!(allowed.contains(&entry), "host entry /{entry} is visible in the sandbox");
+        }
+        // `ls -A` of several dirs prints "dir:" headers and the (absent) entries: only `tmp`
+        // under /var (the sandbox's own /var/tmp) may appear.
+        for line in rest.lines().map(str::trim).filter(|l| !l.is_empty()) {
+            assert!(line.ends_with(':') || line == "tmp", "non-empty: {line:?}\n{rest}");
+        }
+        // Something that does exist at the host's root outside the allowlist stays invisible.
+        for host_entry in std::fs::read_dir("/").unwrap().flatten() {
+            let name = host_entry.file_name().to_string_lossy().into_owned();
+            if !allowed.contains(&name.as_str()) {
+                assert!(!top.lines().any(|l| l == name), "/{name} leaked");
+            }
+        }
+    }
+}
+
+both! {
+    /// I3: the workspace is at its host path and files written there belong to the invoker.
+    fn workspace_is_at_its_host_path_and_writes_belong_to_the_invoker(rt) {
+        let run = rt.sh(&[], "pwd; echo data > written-inside");
+        assert_eq!(ok(&run).trim(), rt.project.to_string_lossy());
+        let meta = std::fs::metadata(rt.project.join("written-inside")).unwrap();
+        use std::os::unix::fs::MetadataExt;
+        assert_eq!(meta.uid(), rt.uid(), "file written inside is not the invoker's on the host");
+    }
+}
+
+both! {
+    /// I3: `$HOME` has the host home's path but is the sandbox's own, empty directory.
+    fn home_has_the_host_path_but_none_of_its_files(rt) {
+        rt.env.write(&rt.env.home.join("host-only-file"), "secret");
+        let run = rt.sh(&[], "echo $HOME; ls -A \"$HOME\"; touch \"$HOME/inside\"");
+        let out = ok(&run);
+        let mut lines = out.lines();
+        assert_eq!(lines.next(), Some(rt.env.home.to_string_lossy().as_ref()));
+        assert!(!out.contains("host-only-file"), "host home content visible: {out}");
+        assert!(!rt.env.home.join("inside").exists(), "sandbox home wrote to the host home");
+    }
+}
+
+both! {
+    /// I4: a fresh /proc (PID 1 is the sandbox's init), read-only /sys, minimal /dev.
+    fn proc_sys_and_dev_are_the_sandbox_own(rt) {
+        let run = rt.sh(
+            &[],
+            "tr '\\0' ' ' </proc/1/cmdline; echo; ls /dev | tr '\\n' ' '; echo; \
+             grep -E ' /sys | /proc/sys ' /proc/self/mountinfo | awk '{print $5, $6}'",
+        );
+        let out = ok(&run);
+        let mut lines = out.lines();
+        assert!(lines.next().unwrap().contains("__init"), "{out}");
+        let dev: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+        let expected = [
+            "fd", "full", "null", "ptmx", "pts", "random", "shm", "stderr", "stdin", "stdout",
+            "tty", "urandom", "zero",
+        ];
+        assert_eq!(dev, expected, "unexpected /dev entries");
+        for mount in lines {
+            let opts = mount.split_whitespace().nth(1).unwrap();
+            assert!(opts.split(',').any(|o| o == "ro"), "{mount} is not read-only");
+        }
+    }
+}
+
+both! {
+    /// I5: commands run as a non-root uid; `--root` is uid 0 of the sandbox's user namespace,
+    /// mapped to a non-root host id (or refused with the reason when the host cannot map it).
+    fn commands_run_unprivileged_and_root_is_only_namespaced(rt) {
+        let run = rt.sh(&[], "id -u");
+        assert_ne!(ok(&run).trim(), "0");
+        let run = rt.sh(&["--root"], "id -u; cat /proc/self/uid_map");
+        if rt.root_available() {
+            let out = ok(&run);
+            assert_eq!(out.lines().next(), Some("0"));
+            let root_line = out
+                .lines()
+                .skip(1)
+                .find(|l| l.split_whitespace().next() == Some("0"))
+                .expect("0 is mapped");
+            let host: u32 = root_line.split_whitespace().nth(1).unwrap().parse().unwrap();
+            assert_ne!(host, 0, "in-sandbox root is host root");
+            assert_ne!(host, rt.uid(), "in-sandbox root is the invoker");
+        } else {
+            run.assert_code(69);
+            assert!(run.stderr.contains("subuid") || run.stderr.contains("uidmap"), "{}", run.stderr);
+        }
+    }
+}
+
+both! {
+    /// I9: loopback only, and it is the sandbox's own (up, no route anywhere else).
+    fn network_is_loopback_only(rt) {
+        let run = rt.sh(&[], "ls /sys/class/net; cat /proc/net/route | wc -l");
+        let out = ok(&run);
+        let mut lines = out.lines();
+        assert_eq!(lines.next(), Some("lo"));
+        assert_eq!(lines.next(), Some("1"), "routes exist: {out}");
+    }
+}

@@ -1,0 +1,225 @@
+//! `airlock run` as a user sees it: exit statuses, stdin, working directory, limits (I8), and
+//! nothing left behind after normal exit, failure and SIGKILL of airlock.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use super::harness::ok;
+#[allow(unused_imports)]
+use super::harness::Rt;
+
+both! {
+    /// O5: the command's exit code is returned, and 128+N when it died of signal N.
+    fn run_returns_the_exit_code_and_128_plus_signal(rt) {
+        rt.sh(&[], "exit 3").assert_code(3);
+        rt.sh(&[], "kill -KILL $$").assert_code(137);
+        rt.sh(&[], "kill -TERM $$").assert_code(143);
+        rt.run_args(&["run", "--", "no-such-command-anywhere"], None).assert_code(127);
+    }
+}
+
+both! {
+    /// `-i` streams stdin to the command; without it the command sees end-of-file.
+    fn stdin_is_streamed_only_with_i(rt) {
+        let run = rt.run_args(&["run", "-i", "--", "cat"], Some(b"line one\nline two\n"));
+        assert_eq!(ok(&run), "line one\nline two\n");
+        let run = rt.run_args(&["run", "--", "cat"], Some(b"ignored\n"));
+        assert_eq!(ok(&run), "");
+    }
+}
+
+both! {
+    /// `-w` runs in the named directory of the workspace; paths through /proc or outside the
+    /// mapped tree are refused before anything starts (exit 2). `-e` sets variables.
+    fn workdir_and_env_are_validated_and_applied(rt) {
+        std::fs::create_dir_all(rt.project.join("sub")).unwrap();
+        if let crate::runtime::harness::As::Unprivileged { uid, gid } = rt.who {
+            std::os::unix::fs::chown(rt.project.join("sub"), Some(uid), Some(gid)).unwrap();
+        }
+        let run = rt.run_args(&["run", "-w", "sub", "-e", "GREETING=hi there", "--", "sh", "-c", "pwd; echo $GREETING"], None);
+        let expected = format!("{}\nhi there\n", rt.project.join("sub").display());
+        assert_eq!(ok(&run), expected);
+        for bad in ["/proc/self/fd/3", "/etc", "../..", "/dev/fd/0"] {
+            let run = rt.run_args(&["run", "-w", bad, "--", "true"], None);
+            run.assert_code(2);
+        }
+        rt.run_args(&["run", "-e", "NOEQUALS", "--", "true"], None).assert_code(2);
+    }
+}
+
+both! {
+    /// C4: outside any project, `run` refuses and points to `airlock init` (exit 2).
+    fn run_outside_a_project_points_to_init(rt) {
+        let elsewhere = rt.env.dir("elsewhere");
+        let out = rt.command(&elsewhere, &["run", "--", "true"]).output().unwrap();
+        assert_eq!(out.status.code(), Some(2));
+        assert!(String::from_utf8_lossy(&out.stderr).contains("airlock init"));
+    }
+}
+
+/// Processes on the host whose command line contains `marker`.
+fn processes_with(marker: &str) -> Vec<u32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        if String::from_utf8_lossy(&cmdline).contains(marker) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+/// Sandbox cgroups named after this test's airlock run still present on the host.
+fn cgroups_named(prefix: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for hier in std::fs::read_dir("/sys/fs/cgroup")
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        for dir in [hier.path().join("airlock"), hier.path()] {
+            for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+                let n = e.file_name().to_string_lossy().into_owned();
+                if n.starts_with(prefix) {
+                    found.push(e.path().display().to_string());
+                }
+            }
+        }
+    }
+    found
+}
+
+fn wait_until(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if done() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    done()
+}
+
+fn host_mounts_mentioning(path: &Path) -> Vec<String> {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains(path.to_string_lossy().as_ref()))
+        .map(str::to_owned)
+        .collect()
+}
+
+both! {
+    /// After a normal exit and after a failing command, no process, mount, cgroup or runtime
+    /// directory of the sandbox remains on the host.
+    fn nothing_is_left_behind_after_exit_or_failure(rt) {
+        let marker = format!("airlock-left-{}", rand_suffix());
+        // A background process still running when the command exits must not survive it.
+        rt.sh(&[], &format!("sh -c 'sleep 30; :' {marker} & sleep 0.1")).assert_code(0);
+        rt.sh(&[], &format!("sh -c 'sleep 30; :' {marker} & exit 9")).assert_code(9);
+        assert!(wait_until(Duration::from_secs(3), || processes_with(&marker).is_empty()),
+            "sandbox processes survived: {:?}", processes_with(&marker));
+        assert!(host_mounts_mentioning(&rt.env.runtime_dir).is_empty());
+        let dirs: Vec<_> = std::fs::read_dir(rt.sandboxes_dir()).map(|d| d.flatten().count()).into_iter().collect();
+        assert!(dirs.iter().all(|n| *n == 0), "runtime directories left: {dirs:?}");
+    }
+}
+
+both! {
+    /// If airlock is SIGKILLed, its sandbox dies with it (processes gone, cgroup removed by
+    /// the janitor) and the next run removes the dead run's runtime directory.
+    fn sigkill_of_airlock_takes_the_sandbox_down(rt) {
+        let marker = format!("airlock-killed-{}", rand_suffix());
+        let mut child = rt
+            .command(&rt.project, &["run", "--", "sh", "-c", &format!("sh -c 'sleep 60; :' {marker} & echo up; wait")])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        use std::io::BufRead;
+        std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        assert_eq!(line, "up\n");
+        assert!(wait_until(Duration::from_secs(3), || !processes_with(&marker).is_empty()));
+        let airlock_pid = child.id();
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(wait_until(Duration::from_secs(5), || processes_with(&marker).is_empty()),
+            "sandbox survived airlock: {:?}", processes_with(&marker));
+        let prefix = format!("run-{airlock_pid}-");
+        assert!(wait_until(Duration::from_secs(5), || cgroups_named(&prefix).is_empty()),
+            "cgroups left: {:?}", cgroups_named(&prefix));
+        assert!(host_mounts_mentioning(&rt.env.runtime_dir).is_empty());
+        ok(&rt.sh(&[], "true"));
+        let left: Vec<String> = std::fs::read_dir(rt.sandboxes_dir()).unwrap().flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with(&prefix)).collect();
+        assert!(left.is_empty(), "dead run's directory not swept: {left:?}");
+    }
+}
+
+both! {
+    /// I8: a memory hog is killed inside its sandbox (host stays fine); where this user may not
+    /// create cgroups, an explicit limit refuses the run (exit 69) instead of running unlimited.
+    fn memory_hog_is_contained_or_explicit_limit_refused(rt) {
+        let hog = "python3 -c 'b = bytearray(700 * 1024 * 1024); b[::4096] = b\"x\" * len(b[::4096]); print(\"survived\")'";
+        let run = rt.run_args(&["run", "--memory-mb", "256", "--", "sh", "-c", hog], None);
+        if cgroups_delegated(&rt) {
+            assert_ne!(run.code, Some(0), "{run:?}");
+            assert!(!run.stdout.contains("survived"), "{run:?}");
+        } else {
+            run.assert_code(69);
+            assert!(run.stderr.contains("airlock doctor"), "{}", run.stderr);
+        }
+    }
+}
+
+both! {
+    /// I8: a fork bomb hits the configured `pids_max` inside the sandbox; where this user may
+    /// not create cgroups the explicitly configured limit refuses the run (exit 69).
+    fn process_count_is_limited(rt) {
+        let delegated = cgroups_delegated(&rt);
+        rt.env.write_user_config("pids_max = 64\n");
+        if let crate::runtime::harness::As::Unprivileged { uid, gid } = rt.who {
+            let st = std::process::Command::new("chown")
+                .args(["-R", &format!("{uid}:{gid}")])
+                .arg(rt.env.config_home())
+                .status()
+                .unwrap();
+            assert!(st.success());
+        }
+        let bomb = "import os, time\npids = []\ntry:\n  for i in range(200):\n    p = os.fork()\n    if p == 0:\n      time.sleep(30); os._exit(0)\n    pids.append(p)\n  print(\"unlimited\", len(pids), flush=True)\nexcept OSError as e:\n  print(\"limited\", len(pids), e.errno, flush=True)\nfor p in pids: os.kill(p, 9)";
+        let run = rt.run_args(&["run", "--", "python3", "-c", bomb], None);
+        if delegated {
+            let out = ok(&run);
+            assert!(out.starts_with("limited"), "fork bomb not contained: {out}");
+            let n: u32 = out.split_whitespace().nth(1).unwrap().parse().unwrap();
+            assert!(n < 64, "{n} forks despite pids_max = 64");
+        } else {
+            run.assert_code(69);
+            assert!(run.stderr.contains("airlock doctor"), "{}", run.stderr);
+        }
+    }
+}
+
+/// Whether this world's airlock can create cgroups: a run with only default limits says so
+/// on stderr when it cannot.
+fn cgroups_delegated(rt: &Rt) -> bool {
+    let probe = rt.sh(&[], "true");
+    ok(&probe);
+    !probe.stderr.contains("without resource limits")
+}
+
+fn rand_suffix() -> String {
+    let mut b = [0u8; 6];
+    use std::io::Read;
+    std::fs::File::open("/dev/urandom")
+        .unwrap()
+        .read_exact(&mut b)
+        .unwrap();
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}

@@ -188,7 +188,12 @@ fn check_overlay(
         t.lines()
             .any(|l| l.split_whitespace().last() == Some("overlay"))
     });
-    let scratch = std::env::temp_dir().join(format!("airlock-doctor-{}", std::process::id()));
+    // Unique per call: a directory left by a killed doctor must not make the probe fail.
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let scratch =
+        std::env::temp_dir().join(format!("airlock-doctor-{}-{nanos}", std::process::id()));
     let result = std::fs::create_dir(&scratch)
         .map_err(|e| e.to_string())
         .and_then(|()| {

@@ -28,6 +28,8 @@ pub const NO_COLOR: &str = "NO_COLOR";
 pub const TERM: &str = "TERM";
 /// The user's login shell; the default session command when no agent is configured (S1).
 pub const SHELL: &str = "SHELL";
+/// When set, `airlock run` prints `airlock: phase <name> <ms>` lines on stderr (scripts/bench).
+pub const AIRLOCK_TRACE_PHASES: &str = "AIRLOCK_TRACE_PHASES";
 
 // ---- Set inside the sandbox ---------------------------------------------------------------
 

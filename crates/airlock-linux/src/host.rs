@@ -82,8 +82,10 @@ pub struct StartTimings {
     pub prepare: Duration,
     /// Until the init stage has unshared its namespaces.
     pub namespaces: Duration,
-    /// Writing the id maps and joining the cgroup.
+    /// Writing the id maps.
     pub maps: Duration,
+    /// The join hook (moving the init stage into the sandbox's cgroup).
+    pub join: Duration,
     /// Building the root filesystem and entering it, until `ready`.
     pub rootfs: Duration,
 }
@@ -225,9 +227,11 @@ impl Sandbox {
         self.timings.namespaces = t.elapsed();
         t = Instant::now();
         idmap::write_maps(self.init.id(), &self.ids)?;
+        self.timings.maps = t.elapsed();
+        t = Instant::now();
         join(self.init.id()).map_err(StartError::Limits)?;
         sync.send("mapped").map_err(init_err)?;
-        self.timings.maps = t.elapsed();
+        self.timings.join = t.elapsed();
         t = Instant::now();
         let pid1 = sync.expect("pid1").map_err(init_err)?;
         let pid1: i32 = pid1.parse().map_err(|_| {

@@ -64,6 +64,10 @@ pub struct RunArgs {
 /// Runs the command; on success this function does not return (the process exits with CMD's
 /// status, which the report/exit-code path of the CLI cannot carry).
 pub fn run(args: RunArgs, ctx: &Context) -> Result<Report, CommandError> {
+    let mut phases = Phases::new(
+        ctx.var(airlock_config::env_vars::AIRLOCK_TRACE_PHASES)
+            .is_some(),
+    );
     // 1. Everything is validated before the first side effect.
     let env = parse_env(&args.env)?;
     if args.tty && !(ctx.stdin_is_terminal && ctx.stdout_is_terminal) {
@@ -100,6 +104,8 @@ pub fn run(args: RunArgs, ctx: &Context) -> Result<Report, CommandError> {
         .validate()
         .map_err(|e| CommandError::usage(e.to_string()))?;
 
+    phases.done("validate");
+
     // 3.–6.
     ensure_root(&roots, &roots.runtime)?;
     let opts = StartOptions {
@@ -109,6 +115,7 @@ pub fn run(args: RunArgs, ctx: &Context) -> Result<Report, CommandError> {
     // Runtime directories of runs whose airlock was killed (L9: ownership-checked cleanup).
     airlock_linux::host::sweep_stale(&opts.sandboxes_dir);
     let mut cgroup = limits::prepare(&spec)?;
+    phases.done("cgroup");
     let started = Sandbox::start(&spec, &opts, &mut |pid| cgroup.join(pid));
     let sandbox = match started {
         Ok(s) => s,
@@ -117,14 +124,54 @@ pub fn run(args: RunArgs, ctx: &Context) -> Result<Report, CommandError> {
             return Err(start_error(e));
         }
     };
+    let t = sandbox.timings;
+    phases.add("spawn", t.prepare);
+    phases.add("namespaces", t.namespaces);
+    phases.add("maps", t.maps);
+    phases.add("cgroup-join", t.join);
+    phases.add("rootfs+pivot_root", t.rootfs);
+    phases.restart();
     let outcome = exec::run(&sandbox, &request, args.interactive);
+    phases.done("guest+exec");
     let destroyed = sandbox.destroy(Duration::from_secs(2));
+    phases.done("destroy");
     cgroup.destroy();
+    phases.done("cgroup-remove");
     let status = outcome?;
     if let Err(e) = destroyed {
         eprintln!("airlock: warning: {e}");
     }
     std::process::exit(status)
+}
+
+/// `AIRLOCK_TRACE_PHASES`: `airlock: phase <name> <ms>` lines on stderr, for scripts/bench.
+struct Phases {
+    enabled: bool,
+    since: std::time::Instant,
+}
+
+impl Phases {
+    fn new(enabled: bool) -> Self {
+        Self {
+            enabled,
+            since: std::time::Instant::now(),
+        }
+    }
+
+    fn add(&self, name: &str, took: Duration) {
+        if self.enabled {
+            eprintln!("airlock: phase {name} {:.3}", took.as_secs_f64() * 1000.0);
+        }
+    }
+
+    fn done(&mut self, name: &str) {
+        self.add(name, self.since.elapsed());
+        self.restart();
+    }
+
+    fn restart(&mut self) {
+        self.since = std::time::Instant::now();
+    }
 }
 
 fn parse_env(items: &[String]) -> Result<BTreeMap<String, String>, CommandError> {

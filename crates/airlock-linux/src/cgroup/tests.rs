@@ -503,3 +503,26 @@ fn not_delegated_is_reported_when_the_base_refuses_mkdir() {
         other => panic!("expected NotDelegated, got {other:?}"),
     }
 }
+
+#[test]
+fn releasing_the_janitor_cleans_up_a_cgroup_airlock_did_not_destroy() {
+    let Some(mut guard) = real_cgroup("release", &LIMITS) else {
+        return;
+    };
+    let cg = guard.0.take().unwrap();
+    let paths = cg.paths().to_vec();
+    let janitor = cg.spawn_janitor(Duration::from_secs(5)).unwrap();
+    let mut sleeper = Command::new("sleep").arg("100").spawn().unwrap();
+    cg.add_pid(sleeper.id()).unwrap();
+    drop(cg); // forgotten, as if airlock lost track of it: only the janitor is left
+    assert!(
+        janitor.release(Duration::from_secs(5)),
+        "janitor must exit in time"
+    );
+    let status = sleeper.wait().unwrap();
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&status),
+        Some(libc::SIGKILL)
+    );
+    assert!(paths.iter().all(|p| !p.exists()), "janitor left {paths:?}");
+}

@@ -38,21 +38,36 @@ impl Janitor {
 
     /// Closes the pipe (the janitor then cleans up whatever is left) and reaps the janitor,
     /// waiting at most `wait`. Returns whether it exited in time.
+    ///
+    /// Waits on a pidfd, so it returns as soon as the janitor exits (no polling interval).
     pub fn release(mut self, wait: Duration) -> bool {
         self.pipe.take();
-        let deadline = Instant::now() + wait;
-        loop {
-            let mut status = 0;
-            // SAFETY: `status` is a valid out-pointer; `pid` is our child.
-            let rc = unsafe { libc::waitpid(self.pid, &mut status, libc::WNOHANG) };
-            if rc == self.pid || rc < 0 {
-                return rc == self.pid;
+        let pid = rustix::process::Pid::from_raw(self.pid);
+        let pidfd = pid.and_then(|p| {
+            rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok()
+        });
+        if let Some(pidfd) = &pidfd {
+            let deadline = Instant::now() + wait;
+            loop {
+                let left = deadline.saturating_duration_since(Instant::now());
+                let timeout = rustix::event::Timespec {
+                    tv_sec: left.as_secs() as i64,
+                    tv_nsec: i64::from(left.subsec_nanos()),
+                };
+                let mut fds = [rustix::event::PollFd::new(
+                    pidfd,
+                    rustix::event::PollFlags::IN,
+                )];
+                match rustix::event::poll(&mut fds, Some(&timeout)) {
+                    Err(rustix::io::Errno::INTR) => continue,
+                    Ok(_) | Err(_) => break,
+                }
             }
-            if Instant::now() >= deadline {
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(2));
         }
+        let mut status = 0;
+        // SAFETY: `status` is a valid out-pointer; `pid` is our child.
+        let rc = unsafe { libc::waitpid(self.pid, &mut status, libc::WNOHANG) };
+        rc == self.pid
     }
 }
 

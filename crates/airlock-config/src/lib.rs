@@ -2,11 +2,13 @@
 //! [`Effective`] configuration, plus the pure network policy matcher.
 //!
 //! Entry points: [`Roots::from_env`] → [`project::discover`] → [`load`]. Nothing in this
-//! crate writes anywhere; it reads the two config files and metadata of the paths they name.
+//! crate writes anywhere except [`edit`] (the user config's allow/deny lists, on request); it
+//! reads the two config files and metadata of the paths they name.
 //! See `docs/architecture.md` for the contracts.
 
 pub mod agents;
 pub mod diagnostics;
+pub mod edit;
 pub mod effective;
 pub mod env_vars;
 mod load;

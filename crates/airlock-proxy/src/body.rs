@@ -120,7 +120,7 @@ impl Drop for AuditGuard {
                 .unwrap_or_else(|p| p.into_inner());
             for name in found.iter() {
                 let text = format!(
-                    "placeholder of secret {name} in the request body to {} not substituted (secrets are only put into headers of requests to their bound hosts)",
+                    "placeholder of secret {name} in the request body to {} not substituted (secrets go only into headers of requests to their bound hosts, and over cleartext HTTP only when the binding names the port)",
                     self.entry.host
                 );
                 tracing::warn!("{text}");

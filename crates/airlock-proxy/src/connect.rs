@@ -11,33 +11,35 @@
 //! 4. hosts with bound secrets: terminate TLS with a leaf from the installation CA and serve
 //!    the requests inside through [`forward_intercepted`], which connects upstream with full
 //!    certificate verification (N6); every other host: replay the buffered bytes to the
-//!    upstream and copy both directions untouched.
+//!    upstream and carry both directions untouched (`splice(2)`, see [`crate::splice`]).
 
+use std::future::Future;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use hyper::body::Incoming;
-use hyper::server::conn::http1;
 use hyper::service::service_fn;
+use hyper::upgrade::Upgraded;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use rustls::server::{ClientHello as RustlsHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use rustls::ServerConfig;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::net::{TcpStream, UnixStream};
 
 use crate::audit::{Mode, Verdict};
 use crate::denial::{Denial, DenyReason, TLS_ACCESS_DENIED};
 use crate::forward::{
-    deny, fail, forward_intercepted, text_response, ProxyBody, RequestStart, UpstreamSlot,
-    CONNECT_TIMEOUT,
+    checked_target, connect_tcp, fail, forward_intercepted, text_response, ProxyBody, RequestStart,
+    UpstreamSlot,
 };
 use crate::server::Shared;
 use crate::sni::{parse_client_hello, HelloError};
-use crate::target::{check_target, rule_text, CheckedTarget, TargetError};
+use crate::splice::{splice_bidirectional, SpliceSocket};
+use crate::target::CheckedTarget;
 use crate::tls::{provider, Prefixed};
 
 /// How long a client may take to send its ClientHello after the 200.
@@ -46,13 +48,10 @@ const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 const TUNNEL_BUF: usize = 64 * 1024;
 
 /// Answers a CONNECT request and spawns the tunnel (see the module docs).
-pub(crate) async fn handle_connect<S>(
+pub(crate) async fn handle_connect<S: ClientStream>(
     req: Request<Incoming>,
     shared: Arc<Shared>,
-) -> Response<ProxyBody>
-where
-    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-{
+) -> Response<ProxyBody> {
     let start = RequestStart {
         time: crate::clock::rfc3339_now(),
         method: "CONNECT".to_owned(),
@@ -75,78 +74,97 @@ where
         );
     };
     let runtime = shared.runtime();
-    let target = match check_target(&host, port, &runtime.policy, &shared.hosts).await {
+    let target = match checked_target(&shared, &start, &host, port).await {
         Ok(t) => t,
-        Err(TargetError::Denied(denial)) => return deny(&shared, &start, &denial),
-        Err(e @ (TargetError::Resolve { .. } | TargetError::NoAddress { .. })) => {
-            let rule = rule_text(&runtime.policy.decide(&host, port));
+        Err(resp) => return resp,
+    };
+    let upstream = match connect_tcp(target.addr).await {
+        Ok(s) => s,
+        Err(reason) => {
+            let text = format!("cannot reach {}:{port}: {reason}", target.host);
+            let at = (target.host.as_str(), port);
             return fail(
                 &shared,
                 &start,
-                (&host, port),
-                rule,
+                at,
+                target.rule.clone(),
                 StatusCode::BAD_GATEWAY,
-                e.to_string(),
+                text,
             );
         }
     };
-    let upstream =
-        match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(target.addr)).await {
-            Ok(Ok(s)) => s,
-            Ok(Err(e)) => {
-                let text = format!("cannot reach {}:{port}: {e}", target.host);
-                return fail(
-                    &shared,
-                    &start,
-                    (&target.host, port),
-                    target.rule,
-                    StatusCode::BAD_GATEWAY,
-                    text,
-                );
-            }
-            Err(_) => {
-                let text = format!("cannot reach {}:{port}: connect timed out", target.host);
-                return fail(
-                    &shared,
-                    &start,
-                    (&target.host, port),
-                    target.rule,
-                    StatusCode::BAD_GATEWAY,
-                    text,
-                );
-            }
-        };
-    let _ = upstream.set_nodelay(true);
     let intercept = !runtime.bindings.bound_to(&target.host, port).is_empty();
-    let task_shared = shared.clone();
-    shared.spawn(async move {
-        let upgraded = match hyper::upgrade::on(req).await {
-            Ok(u) => u,
-            Err(e) => {
-                tracing::debug!(error = %e, "CONNECT upgrade failed");
-                return;
-            }
-        };
-        let tunnel = Tunnel {
-            shared: task_shared,
-            target,
-            start,
-            intercept,
-        };
-        match upgraded.downcast::<TokioIo<S>>() {
-            Ok(parts) => {
-                tunnel
-                    .run(parts.io.into_inner(), parts.read_buf, upstream)
-                    .await
-            }
-            Err(upgraded) => {
-                tunnel
-                    .run(TokioIo::new(upgraded), Bytes::new(), upstream)
-                    .await
-            }
-        }
-    });
+    let tunnel = Tunnel {
+        shared: shared.clone(),
+        target,
+        start,
+        intercept,
+    };
+    shared.spawn(take_over::<S>(req, tunnel, upstream));
     text_response(StatusCode::OK, String::new())
+}
+
+/// After the 200: recovers the client's raw stream (and bytes already read) and runs the tunnel.
+async fn take_over<S: ClientStream>(req: Request<Incoming>, tunnel: Tunnel, upstream: TcpStream) {
+    let upgraded = match hyper::upgrade::on(req).await {
+        Ok(u) => u,
+        Err(e) => {
+            tracing::debug!(error = %e, "CONNECT upgrade failed");
+            return;
+        }
+    };
+    match upgraded.downcast::<TokioIo<S>>() {
+        Ok(parts) => {
+            let client = parts.io.into_inner();
+            tunnel.run(client, parts.read_buf, upstream).await
+        }
+        Err(upgraded) => {
+            let client = TokioIo::new(upgraded);
+            tunnel.run(client, Bytes::new(), upstream).await
+        }
+    }
+}
+
+/// A client connection the tunnel can carry: raw sockets go through `splice(2)`, anything else
+/// (a hyper upgrade that could not be unwrapped) through a user-space copy.
+pub(crate) trait ClientStream:
+    AsyncRead + AsyncWrite + Unpin + Send + Sized + 'static
+{
+    /// Carries bytes both ways until both ended; returns (client → upstream, upstream → client).
+    fn carry(self, upstream: TcpStream) -> impl Future<Output = (u64, u64)> + Send;
+}
+
+async fn splice_carry<S: SpliceSocket>(client: S, upstream: TcpStream) -> (u64, u64) {
+    let (counts, result) = splice_bidirectional(&client, &upstream).await;
+    if let Err(e) = result {
+        tracing::debug!(error = %e, "tunnel ended with an error");
+    }
+    counts
+}
+
+impl ClientStream for TcpStream {
+    async fn carry(self, upstream: TcpStream) -> (u64, u64) {
+        splice_carry(self, upstream).await
+    }
+}
+
+impl ClientStream for UnixStream {
+    async fn carry(self, upstream: TcpStream) -> (u64, u64) {
+        splice_carry(self, upstream).await
+    }
+}
+
+impl ClientStream for TokioIo<Upgraded> {
+    async fn carry(mut self, mut upstream: TcpStream) -> (u64, u64) {
+        let copied = tokio::io::copy_bidirectional_with_sizes(
+            &mut self,
+            &mut upstream,
+            TUNNEL_BUF,
+            TUNNEL_BUF,
+        )
+        .await;
+        copied.unwrap_or((0, 0))
+    }
 }
 
 /// One accepted CONNECT after the 200.
@@ -158,10 +176,7 @@ struct Tunnel {
 }
 
 impl Tunnel {
-    async fn run<T>(self, mut client: T, initial: Bytes, upstream: TcpStream)
-    where
-        T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-    {
+    async fn run<T: ClientStream>(self, mut client: T, initial: Bytes, upstream: TcpStream) {
         let mut buf = BytesMut::from(&initial[..]);
         let is_ip = self.target.host.parse::<IpAddr>().is_ok();
         if !is_ip {
@@ -206,10 +221,7 @@ impl Tunnel {
         }
     }
 
-    async fn tunnel<T>(self, mut client: T, hello: Bytes, mut upstream: TcpStream)
-    where
-        T: AsyncRead + AsyncWrite + Unpin,
-    {
+    async fn tunnel<T: ClientStream>(self, client: T, hello: Bytes, mut upstream: TcpStream) {
         let mut entry = self.start.entry(
             &self.target.host,
             self.target.port,
@@ -218,17 +230,7 @@ impl Tunnel {
             200,
         );
         if upstream.write_all(&hello).await.is_ok() {
-            let copied = tokio::io::copy_bidirectional_with_sizes(
-                &mut client,
-                &mut upstream,
-                TUNNEL_BUF,
-                TUNNEL_BUF,
-            )
-            .await;
-            if let Ok((up, down)) = copied {
-                entry.bytes_up = up;
-                entry.bytes_down = down;
-            }
+            (entry.bytes_up, entry.bytes_down) = client.carry(upstream).await;
         }
         entry.bytes_up += hello.len() as u64;
         self.shared.audit.append(&entry);
@@ -265,7 +267,7 @@ impl Tunnel {
                 )
             }
         });
-        if let Err(e) = http1::Builder::new()
+        if let Err(e) = crate::server::client_http1()
             .serve_connection(TokioIo::new(tls), service)
             .await
         {

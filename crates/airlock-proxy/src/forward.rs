@@ -32,7 +32,7 @@ use crate::body::{AuditGuard, CountBody, RequestNotes, ScanBody};
 use crate::clock::rfc3339_now;
 use crate::denial::{Denial, DenyReason};
 use crate::server::Shared;
-use crate::substitute::substitute_headers;
+use crate::substitute::{substitute_headers, Channel};
 use crate::target::{check_target, rule_text, CheckedTarget, TargetError};
 
 /// Errors of any body the proxy returns.
@@ -148,6 +148,43 @@ fn host_mismatch(headers: &HeaderMap, host: &str, port: u16, default_port: u16) 
     }
 }
 
+/// [`check_target`] for `host:port`, or the audited answer refusing it (403, or 502 when the
+/// name does not resolve).
+pub(crate) async fn checked_target(
+    shared: &Shared,
+    start: &RequestStart,
+    host: &str,
+    port: u16,
+) -> Result<CheckedTarget, Response<ProxyBody>> {
+    let runtime = shared.runtime();
+    match check_target(host, port, &runtime.policy, &shared.hosts).await {
+        Ok(t) => Ok(t),
+        Err(TargetError::Denied(denial)) => Err(deny(shared, start, &denial)),
+        Err(e @ (TargetError::Resolve { .. } | TargetError::NoAddress { .. })) => {
+            let rule = rule_text(&runtime.policy.decide(host, port));
+            let at = (host, port);
+            Err(fail(
+                shared,
+                start,
+                at,
+                rule,
+                StatusCode::BAD_GATEWAY,
+                e.to_string(),
+            ))
+        }
+    }
+}
+
+/// A TCP connection to a checked address, with [`CONNECT_TIMEOUT`] and `TCP_NODELAY`.
+pub(crate) async fn connect_tcp(addr: SocketAddr) -> Result<TcpStream, String> {
+    let tcp = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr))
+        .await
+        .map_err(|_| "connect timed out".to_owned())?
+        .map_err(|e| e.to_string())?;
+    let _ = tcp.set_nodelay(true);
+    Ok(tcp)
+}
+
 /// Forwards one plain-HTTP proxy request (absolute-form target).
 pub(crate) async fn forward_http(
     req: Request<Incoming>,
@@ -180,21 +217,9 @@ pub(crate) async fn forward_http(
     if let Some(denial) = host_mismatch(req.headers(), &host, port, 80) {
         return deny(&shared, &start, &denial);
     }
-    let runtime = shared.runtime();
-    let target = match check_target(&host, port, &runtime.policy, &shared.hosts).await {
+    let target = match checked_target(&shared, &start, &host, port).await {
         Ok(t) => t,
-        Err(TargetError::Denied(denial)) => return deny(&shared, &start, &denial),
-        Err(e @ (TargetError::Resolve { .. } | TargetError::NoAddress { .. })) => {
-            let rule = rule_text(&runtime.policy.decide(&host, port));
-            return fail(
-                &shared,
-                &start,
-                (&host, port),
-                rule,
-                StatusCode::BAD_GATEWAY,
-                e.to_string(),
-            );
-        }
+        Err(resp) => return resp,
     };
     relay(req, &shared, &slot, &target, false, start).await
 }
@@ -263,7 +288,18 @@ async fn relay(
         .uri
         .path_and_query()
         .map_or_else(|| "/".to_owned(), |p| p.as_str().to_owned());
-    let subst = substitute_headers(&mut parts.headers, &path, host, port, &runtime.bindings);
+    let channel = if tls {
+        Channel::Tls
+    } else {
+        Channel::Cleartext
+    };
+    let subst = substitute_headers(
+        &mut parts.headers,
+        &path,
+        (host, port),
+        channel,
+        &runtime.bindings,
+    );
     strip_hop_by_hop(&mut parts.headers);
     parts.uri = path
         .parse::<Uri>()
@@ -339,11 +375,7 @@ async fn upstream_sender(
             return Ok(sender);
         }
     }
-    let tcp = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(target.addr))
-        .await
-        .map_err(|_| "connect timed out".to_owned())?
-        .map_err(|e| e.to_string())?;
-    let _ = tcp.set_nodelay(true);
+    let tcp = connect_tcp(target.addr).await?;
     if !tls {
         let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
             .await

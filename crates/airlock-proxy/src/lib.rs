@@ -13,6 +13,7 @@
 //! - `connect` and [`sni`]: CONNECT, the SNI check (N4), tunnel or interception (N6);
 //! - `forward`, [`substitute`], `body`: HTTP forwarding, header substitution (N5);
 //! - [`ca`] and [`tls`]: the interception CA and upstream verification (N6);
+//! - [`splice`]: zero-copy tunnels;
 //! - [`audit`]: one JSON line per request (N7).
 //!
 //! Invariants: secret values exist only in [`airlock_secrets::Redacted`] and in the headers of
@@ -29,6 +30,7 @@ pub mod denial;
 mod forward;
 pub mod server;
 pub mod sni;
+pub mod splice;
 pub mod substitute;
 pub mod target;
 pub mod tls;

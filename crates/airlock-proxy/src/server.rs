@@ -26,12 +26,12 @@ use hyper::service::service_fn;
 use hyper::{Method, Request, Response};
 use hyper_util::rt::TokioIo;
 use rustls::ClientConfig;
-use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::watch;
 
 use crate::audit::{AuditError, AuditLog};
 use crate::ca::{CaError, CertificateAuthority};
+use crate::connect::ClientStream;
 use crate::forward::{self, ProxyBody, UpstreamSlot};
 use crate::tls::{upstream_config, TlsSetupError};
 
@@ -168,7 +168,7 @@ impl Proxy {
         Ok(ProxyHandle {
             shared,
             stop: stop_tx,
-            task,
+            task: Some(task),
             local_tcp,
         })
     }
@@ -178,7 +178,7 @@ impl Proxy {
 pub struct ProxyHandle {
     shared: Arc<Shared>,
     stop: watch::Sender<bool>,
-    task: tokio::task::JoinHandle<()>,
+    task: Option<tokio::task::JoinHandle<()>>,
     local_tcp: Option<SocketAddr>,
 }
 
@@ -213,9 +213,18 @@ impl ProxyHandle {
     }
 
     /// Stops accepting, closes every connection and tunnel, and waits for the accept loop.
-    pub async fn shutdown(self) {
+    pub async fn shutdown(mut self) {
         let _ = self.stop.send(true);
-        let _ = self.task.await;
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for ProxyHandle {
+    /// Dropping the handle stops the proxy too: no proxy outlives its controller.
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
     }
 }
 
@@ -253,11 +262,20 @@ async fn accept(listener: &ProxyListener) -> io::Result<Accepted> {
     }
 }
 
+/// How long a client may take to send a request head; bounds idle and slow-loris clients.
+const HEADER_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The HTTP/1 server settings for sandbox clients (plain and intercepted).
+pub(crate) fn client_http1() -> http1::Builder {
+    let mut builder = http1::Builder::new();
+    builder
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT);
+    builder
+}
+
 /// Serves one client connection (plain HTTP requests and CONNECT).
-async fn serve_conn<S>(stream: S, shared: Arc<Shared>)
-where
-    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-{
+async fn serve_conn<S: ClientStream>(stream: S, shared: Arc<Shared>) {
     let slot = UpstreamSlot::default();
     let service = service_fn(move |req: Request<Incoming>| {
         let shared = shared.clone();
@@ -271,7 +289,7 @@ where
             Ok::<_, Infallible>(resp)
         }
     });
-    let conn = http1::Builder::new()
+    let conn = client_http1()
         .serve_connection(TokioIo::new(stream), service)
         .with_upgrades();
     if let Err(e) = conn.await {

@@ -5,7 +5,10 @@
 //!    `Authorization: Basic …` the credentials are base64-decoded, substituted, re-encoded;
 //! 2. every bound secret with a header template sets that header, replacing any header of the
 //!    same name the client sent (never a duplicate);
-//! 3. placeholders left anywhere — headers of an unbound host, the request target (query),
+//! 3. over cleartext HTTP only secrets whose host pattern names the port explicitly count as
+//!    bound (`api.example.com:8080`): a portless pattern means "this service", which is
+//!    HTTPS, and a token must not travel in cleartext because a client was misconfigured;
+//! 4. placeholders left anywhere — headers of an unbound host, the request target (query),
 //!    the body ([`BodyScanner`]) — are left as they are and reported as warnings naming the
 //!    secret and the place, never the value.
 //!
@@ -33,7 +36,7 @@ impl Substitution {
     /// Records a placeholder of `binding` left in `place`.
     pub fn warn(&mut self, binding: &Binding, place: &str, host: &str) {
         let text = format!(
-            "placeholder of secret {} in {place} to {host} not substituted (secrets are only put into headers of requests to their bound hosts)",
+            "placeholder of secret {} in {place} to {host} not substituted (secrets go only into headers of requests to their bound hosts, and over cleartext HTTP only when the binding names the port)",
             binding.name
         );
         tracing::warn!("{text}");
@@ -43,12 +46,21 @@ impl Substitution {
     }
 }
 
-/// Applies steps 1–2 of the module docs to `headers` and warns about the request target.
+/// How the request travels upstream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Channel {
+    /// Inside TLS (an intercepted connection).
+    Tls,
+    /// Plain HTTP.
+    Cleartext,
+}
+
+/// Applies the module docs to `headers` and warns about the request target.
 pub fn substitute_headers(
     headers: &mut HeaderMap,
     target: &str,
-    host: &str,
-    port: u16,
+    (host, port): (&str, u16),
+    channel: Channel,
     table: &SecretBindings,
 ) -> Substitution {
     let mut out = Substitution::default();
@@ -58,7 +70,11 @@ pub fn substitute_headers(
     for b in table.find_in(target.as_bytes()) {
         out.warn(b, "the request target", host);
     }
-    let bound = table.bound_to(host, port);
+    let bound: Vec<&Binding> = table
+        .bound_to(host, port)
+        .into_iter()
+        .filter(|b| channel == Channel::Tls || names_port(b, host, port))
+        .collect();
     let names: Vec<HeaderName> = headers.keys().cloned().collect();
     for name in names {
         let values: Vec<HeaderValue> = headers.get_all(&name).iter().cloned().collect();
@@ -99,6 +115,15 @@ pub fn substitute_headers(
         out.used.insert(b.name.to_string());
     }
     out
+}
+
+/// Whether one of the binding's patterns names `port` explicitly (and matches `host`).
+fn names_port(binding: &Binding, host: &str, port: u16) -> bool {
+    let host = airlock_config::policy::normalize_host(host);
+    binding
+        .hosts
+        .iter()
+        .any(|p| p.port() == Some(port) && p.matches_host(&host))
 }
 
 /// The value with bound placeholders replaced, or `None` when nothing was replaced.
@@ -237,12 +262,12 @@ mod tests {
     fn placeholder_in_a_header_is_replaced_for_the_bound_host_only() {
         let t = table(None);
         let mut h = headers(&[("x-api-key", PH)]);
-        let s = substitute_headers(&mut h, "/", "api.example.com", 443, &t);
+        let s = substitute_headers(&mut h, "/", ("api.example.com", 443), Channel::Tls, &t);
         assert_eq!(h["x-api-key"], "s3cr3t");
         assert!(h["x-api-key"].is_sensitive());
         assert_eq!(s.used.iter().collect::<Vec<_>>(), ["TOKEN"]);
         let mut h = headers(&[("x-api-key", PH)]);
-        let s = substitute_headers(&mut h, "/", "other.example.com", 443, &t);
+        let s = substitute_headers(&mut h, "/", ("other.example.com", 443), Channel::Tls, &t);
         assert_eq!(h["x-api-key"], PH);
         assert!(s.used.is_empty());
         assert_eq!(s.warnings.len(), 1);
@@ -254,7 +279,7 @@ mod tests {
         let t = table(None);
         let basic = format!("Basic {}", BASE64.encode(format!("user:{PH}")));
         let mut h = headers(&[("authorization", &basic)]);
-        substitute_headers(&mut h, "/", "api.example.com", 443, &t);
+        substitute_headers(&mut h, "/", ("api.example.com", 443), Channel::Tls, &t);
         assert_eq!(
             h["authorization"],
             format!("Basic {}", BASE64.encode("user:s3cr3t"))
@@ -265,7 +290,7 @@ mod tests {
     fn template_replaces_the_client_header_instead_of_duplicating_it() {
         let t = table(Some("Authorization: Bearer {value}"));
         let mut h = headers(&[("authorization", "Bearer client-made"), ("accept", "*/*")]);
-        let s = substitute_headers(&mut h, "/", "api.example.com", 443, &t);
+        let s = substitute_headers(&mut h, "/", ("api.example.com", 443), Channel::Tls, &t);
         let all: Vec<_> = h.get_all("authorization").iter().collect();
         assert_eq!(all, ["Bearer s3cr3t"]);
         assert!(s.used.contains("TOKEN"));
@@ -275,9 +300,26 @@ mod tests {
     fn placeholder_in_the_query_is_left_and_warned_even_for_the_bound_host() {
         let t = table(None);
         let mut h = HeaderMap::new();
-        let s = substitute_headers(&mut h, &format!("/x?key={PH}"), "api.example.com", 443, &t);
+        let s = substitute_headers(
+            &mut h,
+            &format!("/x?key={PH}"),
+            ("api.example.com", 443),
+            Channel::Tls,
+            &t,
+        );
         assert!(s.used.is_empty());
         assert!(s.warnings[0].contains("request target"), "{:?}", s.warnings);
+    }
+
+    #[test]
+    fn portless_binding_is_not_substituted_over_cleartext_http() {
+        let t = table(Some("Authorization: Bearer {value}"));
+        let mut h = headers(&[("x-api-key", PH)]);
+        let s = substitute_headers(&mut h, "/", ("api.example.com", 80), Channel::Cleartext, &t);
+        assert_eq!(h["x-api-key"], PH);
+        assert!(h.get("authorization").is_none());
+        assert!(s.used.is_empty());
+        assert_eq!(s.warnings.len(), 1, "{:?}", s.warnings);
     }
 
     #[test]

@@ -133,3 +133,36 @@ impl Sync {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handshake_lines_carry_values_and_typed_remote_errors() {
+        let (a, b) = UnixStream::pair().unwrap();
+        let (mut host, mut guest) = (Sync::new(a).unwrap(), Sync::new(b).unwrap());
+        guest.send("pid1 42").unwrap();
+        assert_eq!(host.expect("pid1").unwrap(), "42");
+        guest
+            .send("error rootfs cannot mount proc\non two lines")
+            .unwrap();
+        match host.expect("ready") {
+            Err(BootstrapError::Remote { stage, message }) => {
+                assert_eq!(stage, STAGE_ROOTFS);
+                assert_eq!(message, "cannot mount proc on two lines");
+            }
+            other => panic!("{other:?}"),
+        }
+        guest.send("mapped").unwrap();
+        assert!(matches!(
+            host.expect("ready"),
+            Err(BootstrapError::Unexpected { .. })
+        ));
+        drop(guest);
+        assert!(matches!(
+            host.expect("ready"),
+            Err(BootstrapError::Closed { expected: "ready" })
+        ));
+    }
+}

@@ -413,3 +413,30 @@ fn write_private(path: &Path, content: &[u8]) -> Result<(), StartError> {
 fn hex_lower(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stale_sweep_removes_only_directories_of_dead_owners() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mk = |name: &str, owner: Option<String>| {
+            let d = tmp.path().join(name);
+            fs::create_dir(&d).unwrap();
+            fs::create_dir(d.join("scratch")).unwrap();
+            if let Some(o) = owner {
+                fs::write(d.join(OWNER_FILE), o).unwrap();
+            }
+            d
+        };
+        let me = std::process::id();
+        let alive = mk("alive", Some(format!("{me} {}", start_time(me).unwrap())));
+        // Same pid, another start time: the pid was reused, the owner is gone.
+        let reused = mk("reused", Some(format!("{me} 1")));
+        let unmarked = mk("unmarked", None);
+        let removed = sweep_stale(tmp.path());
+        assert_eq!(removed, vec![reused.clone()]);
+        assert!(alive.exists() && unmarked.exists() && !reused.exists());
+    }
+}

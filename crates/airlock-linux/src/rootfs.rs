@@ -384,3 +384,53 @@ fn write_file(path: &Path, content: &[u8], mode: u32) -> Result<(), RootfsError>
     })?;
     set_mode(path, mode)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mapping_targets_stay_under_the_new_root() {
+        let root = Path::new("/scratch/root");
+        assert_eq!(
+            inside(root, Path::new("/home/u/proj")).unwrap(),
+            PathBuf::from("/scratch/root/home/u/proj")
+        );
+        for bad in ["relative/path", "/home/../../etc", "/a/.."] {
+            assert!(inside(root, Path::new(bad)).is_err(), "{bad} accepted");
+        }
+    }
+
+    #[test]
+    fn parents_are_mounted_before_nested_mappings() {
+        use crate::spec::*;
+        let m = |p: &str| Mapping {
+            host: p.into(),
+            sandbox: p.into(),
+            writable: true,
+        };
+        let spec = SandboxSpec {
+            id: "t".into(),
+            image: Image::Host,
+            workspaces: vec![m("/home/u/proj/sub")],
+            mounts: vec![m("/home/u/proj"), m("/opt/x")],
+            user: HostUser {
+                uid: 1,
+                gid: 1,
+                name: "u".into(),
+                home: "/home/u".into(),
+            },
+            hostname: "h".into(),
+            env: vec![],
+            limits: Limits::default(),
+            require_root: false,
+        };
+        let order: Vec<_> = spec
+            .mappings_in_mount_order()
+            .iter()
+            .map(|m| m.sandbox.clone())
+            .collect();
+        let pos = |p: &str| order.iter().position(|o| o == Path::new(p)).unwrap();
+        assert!(pos("/home/u/proj") < pos("/home/u/proj/sub"));
+    }
+}

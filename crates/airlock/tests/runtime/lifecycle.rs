@@ -223,3 +223,56 @@ fn rand_suffix() -> String {
         .unwrap();
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
+
+both! {
+    /// SIGTERM sent to airlock reaches the command (it is forwarded to its process group), and
+    /// airlock returns the command's status: 143 when the command does not handle it.
+    fn signals_to_airlock_are_forwarded_to_the_command(rt) {
+        let mut child = rt
+            .command(&rt.project, &["run", "--", "sh", "-c", "echo up; exec sleep 30"])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        use std::io::BufRead;
+        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+        out.read_line(&mut line).unwrap();
+        assert_eq!(line, "up\n");
+        std::thread::sleep(Duration::from_millis(100));
+        let st = std::process::Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(st.success());
+        let started = Instant::now();
+        let status = child.wait().unwrap();
+        assert!(started.elapsed() < Duration::from_secs(10), "command outlived the signal");
+        assert_eq!(status.code(), Some(143), "{status:?}");
+    }
+}
+
+both! {
+    /// `-t` gives the command a terminal of its own (a PTY of the sandbox's private devpts) with
+    /// the host terminal's size; the status still comes back. Runs under script(1) for a TTY.
+    fn tty_mode_gives_the_command_a_private_terminal(rt) {
+        let airlock = rt.command(&rt.project, &["run", "-t", "--", "sh", "-c", "tty; exit 4"]);
+        let mut line: Vec<String> = vec![airlock.get_program().to_string_lossy().into_owned()];
+        line.extend(airlock.get_args().map(|a| format!("'{}'", a.to_string_lossy())));
+        let mut cmd = std::process::Command::new("script");
+        cmd.args(["-qec", &line.join(" "), "/dev/null"])
+            .current_dir(&rt.project)
+            .env_clear()
+            .stdin(std::process::Stdio::null());
+        for (k, v) in airlock.get_envs() {
+            if let Some(v) = v {
+                cmd.env(k, v);
+            }
+        }
+        let out = cmd.output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(4), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+        assert!(stdout.contains("/dev/pts/0"), "no private PTY: {stdout}");
+    }
+}

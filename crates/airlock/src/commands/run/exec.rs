@@ -74,8 +74,23 @@ pub fn run(
     })?;
     let stream = airlock_protocol::open_stream(control)
         .map_err(|e| CommandError::internal("run.stream", e.to_string()))?;
-    let client =
-        ExecClient::connect(stream, &Key::from_bytes(*sandbox.key())).map_err(client_error)?;
+    run_stream(
+        stream,
+        &Key::from_bytes(*sandbox.key()),
+        request,
+        interactive,
+    )
+}
+
+/// Runs `request` over an already opened stream to the guest (authenticated here with `key`);
+/// shared by `run` and `exec`. Returns the shell-convention status.
+pub fn run_stream(
+    stream: std::os::unix::net::UnixStream,
+    key: &Key,
+    request: &ExecRequest,
+    interactive: bool,
+) -> Result<i32, CommandError> {
+    let client = ExecClient::connect(stream, key).map_err(client_error)?;
     forward_signals(client.controller(), request.tty.is_some());
     // Without -i the command gets an immediately closed stdin. It is sent through the stdin
     // pump too (an empty reader) rather than inline, so a guest that refuses the request and

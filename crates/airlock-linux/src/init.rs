@@ -52,6 +52,8 @@ pub enum InitError {
     Rootfs(#[from] RootfsError),
     #[error("the per-epoch key is malformed")]
     BadKey,
+    #[error("cannot prepare the guest's confinement: {0}")]
+    Preflight(String),
 }
 
 impl InitError {
@@ -65,7 +67,8 @@ impl InitError {
             InitError::Syscall { .. }
             | InitError::ParentGone
             | InitError::Bootstrap(_)
-            | InitError::BadKey => STAGE_INIT,
+            | InitError::BadKey
+            | InitError::Preflight(_) => STAGE_INIT,
         }
     }
 }
@@ -94,7 +97,11 @@ fn sys<T, E: Into<std::io::Error>>(syscall: &'static str, r: Result<T, E>) -> Re
 /// Runs the init stage. Returns only in PID 1, with the sandbox built and entered; the
 /// intermediate process exits inside this function. On error, the caller reports it and exits
 /// non-zero; the error has already been sent to the host when the handshake was up.
-pub fn run() -> Result<Handoff, InitError> {
+///
+/// `preflight` runs in PID 1 after the rootfs is entered and before `ready` is sent: whatever the
+/// guest needs to confine sandbox processes (the seccomp program) is built there, so a failure
+/// fails the start itself rather than the first command (partial enforcement is failure).
+pub fn run<T>(preflight: impl FnOnce() -> Result<T, String>) -> Result<(Handoff, T), InitError> {
     sys(
         "prctl(PR_SET_PDEATHSIG)",
         set_parent_process_death_signal(Some(Signal::KILL)),
@@ -103,7 +110,7 @@ pub fn run() -> Result<Handoff, InitError> {
     let sync_stream = UnixStream::from(take_inherited(SYNC_FD));
     let control = take_inherited(CONTROL_FD);
     let mut sync = Sync::new(sync_stream)?;
-    match prepare(&mut sync, control) {
+    match prepare(&mut sync, control, preflight) {
         Ok(handoff) => Ok(handoff),
         Err(e) => {
             let _ = sync.send(&format!("error {} {e}", e.stage()));
@@ -112,7 +119,11 @@ pub fn run() -> Result<Handoff, InitError> {
     }
 }
 
-fn prepare(sync: &mut Sync, control: OwnedFd) -> Result<Handoff, InitError> {
+fn prepare<T>(
+    sync: &mut Sync,
+    control: OwnedFd,
+    preflight: impl FnOnce() -> Result<T, String>,
+) -> Result<(Handoff, T), InitError> {
     let boot = Bootstrap::read_inherited()?;
     if rustix::process::getppid().map(|p| p.as_raw_nonzero().get() as u32) != Some(boot.host_pid) {
         return Err(InitError::ParentGone);
@@ -162,15 +173,18 @@ fn prepare(sync: &mut Sync, control: OwnedFd) -> Result<Handoff, InitError> {
         }
         Forked::Child => {
             drop(alive_w);
-            pid1_setup(sync, &boot, alive_r)?;
-            Ok(Handoff {
+            pid1_setup(&boot, alive_r)?;
+            let prepared = preflight().map_err(InitError::Preflight)?;
+            sync.send("ready")?;
+            let handoff = Handoff {
                 control,
                 key,
                 sandbox_uid: boot.sandbox_uid,
                 sandbox_gid: boot.sandbox_gid,
                 root_mapped: boot.root_mapped,
                 spec: boot.spec,
-            })
+            };
+            Ok((handoff, prepared))
         }
     }
 }
@@ -189,7 +203,7 @@ fn intermediate_wait(child: libc::pid_t, _alive: OwnedFd) -> ! {
     std::process::exit(code)
 }
 
-fn pid1_setup(sync: &mut Sync, boot: &Bootstrap, alive: OwnedFd) -> Result<(), InitError> {
+fn pid1_setup(boot: &Bootstrap, alive: OwnedFd) -> Result<(), InitError> {
     sys(
         "prctl(PR_SET_PDEATHSIG)",
         set_parent_process_death_signal(Some(Signal::KILL)),
@@ -217,7 +231,6 @@ fn pid1_setup(sync: &mut Sync, boot: &Bootstrap, alive: OwnedFd) -> Result<(), I
         rustix::system::sethostname(boot.spec.hostname.as_bytes()),
     )?;
     sys("SIOCSIFFLAGS(lo)", crate::sys::net::set_interface_up("lo"))?;
-    sync.send("ready")?;
     Ok(())
 }
 

@@ -29,46 +29,50 @@ pub fn dispatch(args: &[OsString]) -> Option<i32> {
 
 /// The init stage; returns in PID 1 only, once the guest has stopped.
 fn init() -> i32 {
-    let handoff = match airlock_linux::init::run() {
-        Ok(h) => h,
+    // The confinement (with the compiled seccomp program) is prepared before the sandbox reports
+    // `ready`: if the filter cannot be built, the start fails and nothing runs.
+    match airlock_linux::init::run(confinements) {
+        Ok((handoff, (user, root))) => {
+            let options = guest_options(&handoff, user, root);
+            airlock_guest::pid1::run(handoff.control, options)
+        }
         Err(e) => {
             // The host has the error through the start handshake; this is for the log.
             eprintln!("airlock: sandbox init failed: {e}");
-            return 70;
+            70
         }
-    };
-    let options = match guest_options(&handoff) {
-        Ok(o) => o,
-        Err(e) => {
-            eprintln!("airlock: cannot build the sandbox's seccomp filter: {e}");
-            return 70;
-        }
-    };
-    airlock_guest::pid1::run(handoff.control, options)
+    }
 }
 
-fn guest_options(h: &Handoff) -> Result<GuestOptions, airlock_linux::seccomp::SeccompError> {
-    let filter = airlock_linux::seccomp::sandbox_filter()?;
-    let name = airlock_linux::rootfs::sandbox_user_name(&h.spec.user.name);
-    Ok(GuestOptions {
+/// Sandbox-user processes: every capability dropped, `no_new_privs`, the filter. `--root`
+/// processes: capabilities of the sandbox's user namespace kept, same `no_new_privs` and filter.
+fn confinements() -> Result<(Confinement, Confinement), String> {
+    let filter = airlock_linux::seccomp::sandbox_filter().map_err(|e| e.to_string())?;
+    let user = Confinement {
+        drop_capabilities: true,
+        no_new_privs: true,
+        seccomp: Some(filter.clone()),
+    };
+    let root = Confinement {
+        drop_capabilities: false,
+        no_new_privs: true,
+        seccomp: Some(filter),
+    };
+    Ok((user, root))
+}
+
+fn guest_options(h: &Handoff, user: Confinement, root: Confinement) -> GuestOptions {
+    GuestOptions {
         key: airlock_protocol::Key::from_bytes(h.key),
         env_base: h.spec.env.clone(),
         sandbox_user: SandboxUser {
-            name,
+            name: airlock_linux::rootfs::sandbox_user_name(&h.spec.user.name),
             uid: h.sandbox_uid,
             gid: h.sandbox_gid,
             home: h.spec.user.home.to_string_lossy().into_owned(),
         },
         root_allowed: h.root_mapped,
-        confinement: Confinement {
-            drop_capabilities: true,
-            no_new_privs: true,
-            seccomp: Some(filter.clone()),
-        },
-        root_confinement: Confinement {
-            drop_capabilities: false,
-            no_new_privs: true,
-            seccomp: Some(filter),
-        },
-    })
+        confinement: user,
+        root_confinement: root,
+    }
 }

@@ -35,6 +35,9 @@ pub struct Mount {
     /// v1: controllers named in the super options (`memory`, `cpu`, ...); v2: empty.
     pub v1_controllers: Vec<String>,
     pub v2: bool,
+    /// The `favordynmods` super option: task migrations skip an RCU grace period. The kernel
+    /// applies it to every hierarchy (it switches the global threadgroup lock).
+    pub favordynmods: bool,
 }
 
 /// Cgroup mounts found in a mountinfo text, in file order.
@@ -51,17 +54,29 @@ fn parse_mountinfo_line(line: &str) -> Option<Mount> {
     let super_opts = post.next().unwrap_or("");
     let root = unescape(pre.get(3)?);
     let mount_point = PathBuf::from(unescape(pre.get(4)?));
+    let favordynmods = super_opts.split(',').any(|o| o == "favordynmods");
     match fstype {
         "cgroup2" => Some(Mount {
             mount_point,
             root,
             v1_controllers: Vec::new(),
             v2: true,
+            favordynmods,
         }),
         "cgroup" => {
             let v1_controllers = super_opts
                 .split(',')
-                .filter(|o| !matches!(*o, "rw" | "ro") && !o.contains('='))
+                .filter(|o| {
+                    !matches!(
+                        *o,
+                        "rw" | "ro"
+                            | "favordynmods"
+                            | "xattr"
+                            | "noprefix"
+                            | "clone_children"
+                            | "cpuset_v2_mode"
+                    ) && !o.contains('=')
+                })
                 .map(str::to_owned)
                 .collect();
             Some(Mount {
@@ -69,6 +84,7 @@ fn parse_mountinfo_line(line: &str) -> Option<Mount> {
                 root,
                 v1_controllers,
                 v2: false,
+                favordynmods,
             })
         }
         _ => None,
@@ -150,6 +166,10 @@ pub struct Layout {
     pub v2: Option<V2>,
     /// v1 hierarchies holding one of [`Controller::ALL`], with this process's directory.
     pub v1: Vec<V1>,
+    /// Some cgroup hierarchy is mounted with `favordynmods` (see [`Mount::favordynmods`]).
+    pub favordynmods: bool,
+    /// Where a cgroup2 hierarchy is mounted, if any (even without controllers).
+    pub v2_mount: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -207,7 +227,12 @@ impl Layout {
                 own_dir: own_dir(m, path),
             });
         }
-        Layout { v2, v1 }
+        Layout {
+            v2,
+            v1,
+            favordynmods: mounts.iter().any(|m| m.favordynmods),
+            v2_mount: mounts.iter().find(|m| m.v2).map(|m| m.mount_point.clone()),
+        }
     }
 
     /// Reads the running system's layout.
@@ -311,6 +336,22 @@ mod tests {
             parse_mountinfo(mi)[0].mount_point,
             PathBuf::from("/mnt/with space")
         );
+    }
+
+    #[test]
+    fn favordynmods_on_any_hierarchy_is_seen() {
+        assert!(!Layout::from_texts(HYBRID_MOUNTINFO, HYBRID_CGROUP, |_| None).favordynmods);
+        let mi = HYBRID_MOUNTINFO.replace("cgroup2 cgroup2 rw", "cgroup2 cgroup2 rw,favordynmods");
+        let layout = Layout::from_texts(&mi, HYBRID_CGROUP, |_| None);
+        assert!(layout.favordynmods);
+        assert_eq!(
+            layout.v2_mount,
+            Some(PathBuf::from("/sys/fs/cgroup/unified"))
+        );
+        let mi = HYBRID_MOUNTINFO.replace("rw,memory", "rw,memory,favordynmods");
+        let layout = Layout::from_texts(&mi, HYBRID_CGROUP, |_| None);
+        assert!(layout.favordynmods, "v1 mounts carry it too");
+        assert_eq!(layout.v1_missing(), [], "the option is not a controller");
     }
 
     #[test]

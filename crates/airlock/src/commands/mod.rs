@@ -15,8 +15,10 @@ pub mod config;
 pub mod doctor;
 pub mod init;
 pub mod plan;
+pub mod policy;
 mod project;
 pub mod run;
+pub mod secret;
 pub mod trust;
 pub mod version;
 
@@ -30,6 +32,10 @@ pub enum Command {
     Plan(plan::PlanArgs),
     /// Run one command in an ephemeral sandbox of the project, then destroy it
     Run(run::RunArgs),
+    /// Network policy: list, allow, deny, check a destination, read the audit log
+    Policy(policy::PolicyArgs),
+    /// Host-side secrets bound to hosts; the sandbox sees only placeholders
+    Secret(secret::SecretArgs),
     /// Trust this project's config to widen the network policy (until the file changes)
     Trust(trust::TrustArgs),
     /// Withdraw trust from this project's config
@@ -47,6 +53,8 @@ pub fn run(command: Command, ctx: &Context) -> Result<Report, CommandError> {
         Command::Config(args) => config::run(args, ctx),
         Command::Plan(args) => plan::run(args, ctx),
         Command::Run(args) => run::run(args, ctx),
+        Command::Policy(args) => policy::run(args, ctx),
+        Command::Secret(args) => secret::run(args, ctx),
         Command::Trust(args) => trust::run_trust(args, ctx),
         Command::Untrust(args) => trust::run_untrust(args, ctx),
         Command::Doctor(args) => doctor::run(args, ctx),

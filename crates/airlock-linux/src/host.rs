@@ -66,6 +66,9 @@ pub enum StartError {
     Limits(String),
 }
 
+/// How long each step of the start handshake may take before the start is abandoned.
+pub const START_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// Where and how to start sandboxes.
 #[derive(Debug, Clone)]
 pub struct StartOptions {
@@ -221,6 +224,13 @@ impl Sandbox {
             source,
         })?;
         drop(pipe);
+        // A wedged init stage (a mount that never returns) must not hang airlock forever.
+        sync_host
+            .set_read_timeout(Some(START_TIMEOUT))
+            .map_err(|source| StartError::Io {
+                what: "setting the start timeout",
+                source,
+            })?;
         let mut sync = Sync::new(sync_host).map_err(init_err)?;
         let mut t = Instant::now();
         sync.expect("unshared").map_err(init_err)?;

@@ -131,3 +131,43 @@ both! {
         assert_eq!(lines.next(), Some("1"), "routes exist: {out}");
     }
 }
+
+both! {
+    /// C3/I3: a configured read-only mount is readable at its host path and cannot be written
+    /// (not even by in-sandbox root); a read-write one is writable and the file lands on the host.
+    fn configured_mounts_honour_read_only(rt) {
+        let ro = rt.env.dir("refs");
+        let rw = rt.env.dir("scratch");
+        rt.env.write(&ro.join("doc.txt"), "reference");
+        rt.env.write_user_config(&format!(
+            "[[mount]]\nname = \"refs\"\npath = \"{}\"\nread_only = true\n\n\
+             [[mount]]\nname = \"scratch\"\npath = \"{}\"\nread_only = false\n",
+            ro.display(),
+            rw.display()
+        ));
+        if let crate::runtime::harness::As::Unprivileged { uid, gid } = rt.who {
+            let st = std::process::Command::new("chown")
+                .args(["-R", &format!("{uid}:{gid}")])
+                .arg(rt.env.root())
+                .status()
+                .unwrap();
+            assert!(st.success());
+        }
+        let script = format!(
+            "cat {ro}/doc.txt; echo; echo x > {ro}/new && echo ro-written; \
+             echo y > {rw}/new && echo rw-written",
+            ro = ro.display(),
+            rw = rw.display()
+        );
+        for opts in [&[][..], rt.most_privileged()] {
+            let run = rt.sh(opts, &script);
+            let out = ok(&run);
+            assert!(out.starts_with("reference"), "{run:?}");
+            assert!(!out.contains("ro-written"), "read-only mount written with {opts:?}");
+            assert!(!ro.join("new").exists());
+        }
+        let run = rt.sh(&[], &script);
+        assert!(ok(&run).contains("rw-written"), "{run:?}");
+        assert_eq!(std::fs::read_to_string(rw.join("new")).unwrap(), "y\n");
+    }
+}

@@ -125,7 +125,17 @@ mod tests {
     #[test]
     fn names_that_could_escape_a_directory_or_pose_as_options_are_refused() {
         let long = "a".repeat(300);
-        for bad in ["", "../x", "-rf", "a\nb", "A", "a.b", "a/b", "a b", long.as_str()] {
+        for bad in [
+            "",
+            "../x",
+            "-rf",
+            "a\nb",
+            "A",
+            "a.b",
+            "a/b",
+            "a b",
+            long.as_str(),
+        ] {
             assert!(SandboxName::parse(bad).is_err(), "{bad:?} was accepted");
         }
         for good in ["a", "web-1", "0abc", &"a".repeat(MAX_LEN)] {
@@ -136,7 +146,10 @@ mod tests {
     #[test]
     fn project_names_are_stable_valid_and_distinct_per_path() {
         let a = SandboxName::for_project(Path::new("/home/u/My Project!"));
-        assert_eq!(a, SandboxName::for_project(Path::new("/home/u/My Project!")));
+        assert_eq!(
+            a,
+            SandboxName::for_project(Path::new("/home/u/My Project!"))
+        );
         assert!(a.as_str().starts_with("my-project-"), "{a}");
         assert!(SandboxName::parse(a.as_str()).is_ok());
         let b = SandboxName::for_project(Path::new("/srv/My Project!"));

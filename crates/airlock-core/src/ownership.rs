@@ -123,7 +123,9 @@ pub enum DirOwnership {
     Ours,
     Absent,
     /// Present but not provably ours; the reason is for the user.
-    Unmanaged { reason: String },
+    Unmanaged {
+        reason: String,
+    },
 }
 
 /// Writes the marker into `dir` (0600, replacing an older one).
@@ -218,17 +220,29 @@ mod tests {
         let root = tmp.path().join("root");
         let dir = root.join("sb");
         fs::create_dir_all(&dir).unwrap();
-        assert!(matches!(check_dir(&dir, &[&root], "x"), DirOwnership::Unmanaged { .. }));
+        assert!(matches!(
+            check_dir(&dir, &[&root], "x"),
+            DirOwnership::Unmanaged { .. }
+        ));
         write_marker(&dir, "x").unwrap();
         assert_eq!(check_dir(&dir, &[&root], "x"), DirOwnership::Ours);
-        assert!(matches!(check_dir(&dir, &[&root], "y"), DirOwnership::Unmanaged { .. }));
+        assert!(matches!(
+            check_dir(&dir, &[&root], "y"),
+            DirOwnership::Unmanaged { .. }
+        ));
         assert!(matches!(
             check_dir(&dir, &[tmp.path().join("elsewhere").as_path()], "x"),
             DirOwnership::Unmanaged { .. }
         ));
         let link = root.join("link");
         std::os::unix::fs::symlink(&dir, &link).unwrap();
-        assert!(matches!(check_dir(&link, &[&root], "x"), DirOwnership::Unmanaged { .. }));
-        assert_eq!(check_dir(&root.join("gone"), &[&root], "x"), DirOwnership::Absent);
+        assert!(matches!(
+            check_dir(&link, &[&root], "x"),
+            DirOwnership::Unmanaged { .. }
+        ));
+        assert_eq!(
+            check_dir(&root.join("gone"), &[&root], "x"),
+            DirOwnership::Absent
+        );
     }
 }

@@ -135,7 +135,9 @@ impl OperationKind {
 pub enum OperationResult {
     Running,
     Succeeded,
-    Failed { message: String },
+    Failed {
+        message: String,
+    },
     /// The user cancelled it (Ctrl+C, PRODUCT L7).
     Cancelled,
     /// The process running it died; found by a later command (PRODUCT L8).

@@ -307,7 +307,16 @@ fn up_locked<B: Backend>(
         backend_data: serde_json::Value::Null,
     };
     let mut revision = stores.sandboxes.write(req.name.as_str(), None, &record)?;
-    let created = create(stores, backend, req, log, obs, cancelled, &mut record, &mut revision);
+    let created = create(
+        stores,
+        backend,
+        req,
+        log,
+        obs,
+        cancelled,
+        &mut record,
+        &mut revision,
+    );
     match created {
         Ok(()) => Ok((record, false, cleaned)),
         Err(e) => {

@@ -44,7 +44,12 @@ pub fn diff_plans(recorded: &PlanSummary, planned: &PlanSummary) -> Vec<PlanDiff
     field("memory_mb", opt(recorded.memory_mb), opt(planned.memory_mb));
     field("pids_max", opt(recorded.pids_max), opt(planned.pids_max));
     field("cpus", opt(recorded.cpus), opt(planned.cpus));
-    diff_mappings("workspace", &recorded.workspaces, &planned.workspaces, &mut out);
+    diff_mappings(
+        "workspace",
+        &recorded.workspaces,
+        &planned.workspaces,
+        &mut out,
+    );
     diff_mappings("mount", &recorded.mounts, &planned.mounts, &mut out);
     out
 }
@@ -55,7 +60,11 @@ fn describe(m: Option<&MappingSummary>) -> String {
         Some(m) => format!(
             "{} ({})",
             m.host.display(),
-            if m.writable { "read-write" } else { "read-only" }
+            if m.writable {
+                "read-write"
+            } else {
+                "read-only"
+            }
         ),
     }
 }
@@ -67,7 +76,9 @@ fn diff_mappings(
     out: &mut Vec<PlanDifference>,
 ) {
     let index = |list: &[MappingSummary]| -> BTreeMap<PathBuf, MappingSummary> {
-        list.iter().map(|m| (m.sandbox.clone(), m.clone())).collect()
+        list.iter()
+            .map(|m| (m.sandbox.clone(), m.clone()))
+            .collect()
     };
     let (a, b) = (index(recorded), index(planned));
     let mut keys: Vec<&PathBuf> = a.keys().chain(b.keys()).collect();

@@ -1,0 +1,153 @@
+//! `airlock exec [-i] [-t] [-d] [-w DIR] [-e K=V]… [--root] [--name NAME] -- CMD…`: one command
+//! in the ready sandbox (PRODUCT §2, O5).
+//!
+//! Order of operations: validate the command line (`-e`, `-t` needs a terminal, `-d` excludes
+//! `-i`/`-t`) → find the sandbox and prove it `ready` (else exit 1 with the next action) →
+//! resolve `-w` against the sandbox's mappings → connect to its keeper's socket. Attached: the
+//! connection is handed to PID 1 and authenticated with the epoch key; stdio is streamed and
+//! the guest's status is returned (128+N for signal N). Detached (`-d`): the keeper runs the
+//! command and holds its stream; `exec` returns as soon as the guest accepted it.
+//! Processes a command leaves in the background keep running after `exec` returns.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+
+use airlock_core::backend::Backend;
+use airlock_core::lifecycle::{self, Health};
+use airlock_protocol::{ExecRequest, ExecUser};
+use clap::Args;
+
+use super::lifecycle::backend::{StartRequest, MODE_DETACHED, SOCKET, START_FILE};
+use super::lifecycle::{lifecycle_error, resolve_name, setup};
+use super::Report;
+use crate::context::Context;
+use crate::error::{CommandError, ErrorKind};
+use crate::output::Doc;
+
+#[derive(Args, Debug)]
+pub struct ExecArgs {
+    /// Stream stdin to the command
+    #[arg(short = 'i', long)]
+    pub interactive: bool,
+    /// Give the command a terminal (PTY); needs a terminal on stdin and stdout
+    #[arg(short = 't', long)]
+    pub tty: bool,
+    /// Start the command detached and return at once
+    #[arg(short = 'd', long, conflicts_with_all = ["interactive", "tty"])]
+    pub detach: bool,
+    /// Working directory inside the sandbox (inside a workspace, mount or the sandbox home)
+    #[arg(short = 'w', long = "workdir", value_name = "DIR")]
+    pub workdir: Option<PathBuf>,
+    /// Set an environment variable for the command (repeatable)
+    #[arg(short = 'e', long = "env", value_name = "K=V")]
+    pub env: Vec<String>,
+    /// Run as root of the sandbox's user namespace (never the host's root)
+    #[arg(long)]
+    pub root: bool,
+    /// The sandbox to use instead of the project's
+    #[arg(long, value_name = "NAME", allow_hyphen_values = true)]
+    pub name: Option<String>,
+    /// The command and its arguments
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+pub fn run(args: ExecArgs, ctx: &Context) -> Result<Report, CommandError> {
+    let env = super::run::parse_env(&args.env)?;
+    if args.tty && !(ctx.stdin_is_terminal && ctx.stdout_is_terminal) {
+        return Err(
+            CommandError::usage("-t needs a terminal on stdin and stdout")
+                .with_hint("drop -t (use -i to stream stdin), or run from a terminal"),
+        );
+    }
+    let (name, _) = resolve_name(ctx, args.name.as_deref())?;
+    let setup = setup(ctx, false)?;
+    let status =
+        lifecycle::status(&setup.stores, &setup.backend, &name).map_err(lifecycle_error)?;
+    let record = match (status.health, status.record) {
+        (Health::Ready, Some(record)) => record,
+        (health, _) => {
+            return Err(CommandError::new(
+                ErrorKind::Failed,
+                "exec.not_ready",
+                format!("sandbox {name} is {health}, not ready"),
+            )
+            .with_hint(format!("next: {}", status.next)))
+        }
+    };
+    let start_path = record.paths.state_dir.join(START_FILE);
+    let start: StartRequest = std::fs::read(&start_path)
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .ok_or_else(|| {
+            CommandError::internal(
+                "exec.state",
+                format!(
+                    "cannot read the sandbox's start request {}",
+                    start_path.display()
+                ),
+            )
+            .with_hint("run `airlock down` and `airlock up` to rebuild the sandbox")
+        })?;
+    let cwd = super::run::resolve_workdir(args.workdir.as_deref(), &ctx.cwd, &start.spec)?;
+    let request = ExecRequest {
+        argv: args.command.clone(),
+        env,
+        cwd: Some(cwd.to_string_lossy().into_owned()),
+        user: if args.root {
+            ExecUser::Root
+        } else {
+            ExecUser::Sandbox
+        },
+        tty: args.tty.then(super::run::exec::tty_request),
+    };
+    request
+        .validate()
+        .map_err(|e| CommandError::usage(e.to_string()))?;
+    if args.detach {
+        detached(&record.paths.runtime_dir.join(SOCKET), &request)?;
+        return Ok(Report::new(
+            Doc::new(),
+            serde_json::json!({ "detached": true }),
+        ));
+    }
+    let channel = setup
+        .backend
+        .connect(&record)
+        .map_err(|e| lifecycle_error(e.into()))?;
+    let key = super::up::key_of(&channel.key)?;
+    let code = super::run::exec::run_stream(channel.stream, &key, &request, args.interactive)?;
+    let mut report = Report::new(Doc::new(), serde_json::Value::Null);
+    report.status = Some(u8::try_from(code).unwrap_or(u8::MAX));
+    Ok(report)
+}
+
+fn detached(socket: &std::path::Path, request: &ExecRequest) -> Result<(), CommandError> {
+    let fail = |e: std::io::Error| {
+        CommandError::new(
+            ErrorKind::Failed,
+            "exec.detached",
+            format!(
+                "cannot reach the sandbox's keeper at {}: {e}",
+                socket.display()
+            ),
+        )
+        .with_hint("run `airlock status` to see the sandbox's health")
+    };
+    let mut conn = std::os::unix::net::UnixStream::connect(socket).map_err(fail)?;
+    let mut line = serde_json::to_vec(request).map_err(|e| fail(std::io::Error::other(e)))?;
+    line.push(b'\n');
+    conn.write_all(&[MODE_DETACHED]).map_err(fail)?;
+    conn.write_all(&line).map_err(fail)?;
+    let mut reply = String::new();
+    BufReader::new(conn).read_line(&mut reply).map_err(fail)?;
+    match reply.trim() {
+        "ok" => Ok(()),
+        other => Err(CommandError::new(
+            ErrorKind::Failed,
+            "exec.detached",
+            format!("the sandbox refused the command: {other}"),
+        )
+        .with_hint("run it without -d to see its output")),
+    }
+}

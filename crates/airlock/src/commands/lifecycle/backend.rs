@@ -1,0 +1,500 @@
+//! The `linux` implementation of the core's [`Backend`] boundary, for persistent sandboxes.
+//!
+//! Host layout of one sandbox `<name>` in epoch `<instance>`:
+//! - `<state>/sandboxes/<name>/` (0700, marker `<name> <instance>`): `start.json` (the start
+//!   request), `keeper.log` (the keeper's stderr), `exit-note` (why the keeper stopped);
+//! - `<runtime>/sandboxes/<name>/` (0700, same marker): `control.sock` (the keeper's listening
+//!   socket), `<instance>/` (the runtime's per-epoch directory: the 0600 key, scratch).
+//!
+//! The owner process is the keeper (`airlock __keeper <state dir>`, see [`super::keeper`]). Its
+//! identity is proven before every signal; the guest's PID 1 and the init stage die with it
+//! (PDEATHSIG chain), and the cgroup janitor it forked removes the cgroup.
+
+use std::fs;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::fd::AsFd;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdout, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use airlock_core::backend::{
+    Backend, BackendError, Channel, Freed, Inspection, Ready, Starting, StopReport,
+};
+use airlock_core::ownership::{self, check_dir, check_process, DirOwnership, Liveness};
+use airlock_core::records::{ProcessIdentity, SandboxRecord};
+use airlock_linux::spec::SandboxSpec;
+use serde::{Deserialize, Serialize};
+
+/// The hidden verb of the keeper.
+pub const KEEPER_VERB: &str = "__keeper";
+/// Files inside the directories above.
+pub const START_FILE: &str = "start.json";
+pub const LOG_FILE: &str = "keeper.log";
+pub const EXIT_NOTE: &str = "exit-note";
+pub const SOCKET: &str = "control.sock";
+/// First byte a client sends: hand my connection to the guest.
+pub const MODE_STREAM: u8 = b'S';
+/// First byte a client sends: run the request that follows detached, owned by the keeper.
+pub const MODE_DETACHED: u8 = b'D';
+
+/// What the keeper is asked to start (`start.json`).
+#[derive(Debug, Serialize, Deserialize)]
+pub struct StartRequest {
+    pub spec: SandboxSpec,
+    pub runtime_dir: PathBuf,
+}
+
+/// The keeper's one-line report on its stdout.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum KeeperReport {
+    Ready {
+        guest_pid: u32,
+        init_pid: u32,
+        timings: Vec<(String, u64)>,
+    },
+    Failed {
+        message: String,
+        unavailable: bool,
+    },
+}
+
+/// What the linux backend keeps in a record's `backend_data`.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct LinuxData {
+    pub init: Option<ProcessIdentity>,
+    pub cgroup_name: String,
+}
+
+pub struct LinuxBackend {
+    pub state_root: PathBuf,
+    pub runtime_root: PathBuf,
+}
+
+fn io_err<'a>(
+    what: &'static str,
+    path: &'a Path,
+) -> impl FnOnce(std::io::Error) -> BackendError + 'a {
+    move |source| BackendError::Io {
+        what,
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// The marker content of a sandbox's directories.
+pub fn marker(record: &SandboxRecord) -> String {
+    format!("{} {}", record.name, record.epoch.instance)
+}
+
+impl LinuxBackend {
+    pub fn sandboxes_state(&self) -> PathBuf {
+        self.state_root.join("sandboxes")
+    }
+    pub fn sandboxes_runtime(&self) -> PathBuf {
+        self.runtime_root.join("sandboxes")
+    }
+
+    fn make_dir(&self, dir: &Path, record: &SandboxRecord) -> Result<(), BackendError> {
+        let parent = dir.parent().unwrap_or(Path::new("/"));
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(parent)
+            .map_err(io_err("cannot create", parent))?;
+        fs::DirBuilder::new()
+            .mode(0o700)
+            .create(dir)
+            .map_err(io_err("cannot create", dir))?;
+        ownership::write_marker(dir, &marker(record)).map_err(|e| BackendError::Failed {
+            what: "ownership marker".into(),
+            detail: e.to_string(),
+        })
+    }
+
+    fn roots(&self) -> [PathBuf; 2] {
+        [self.sandboxes_state(), self.sandboxes_runtime()]
+    }
+}
+
+fn data_of(record: &SandboxRecord) -> LinuxData {
+    serde_json::from_value(record.backend_data.clone()).unwrap_or_default()
+}
+
+/// Waits until `id` is no longer the live process, at most `limit`. Returns whether it is gone.
+fn wait_gone(id: &ProcessIdentity, limit: Duration) -> bool {
+    let deadline = Instant::now() + limit;
+    loop {
+        if check_process(id) != Liveness::Ours {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Sends `signal` to `id` only after proving it is still the recorded process (through a
+/// pidfd opened first, so the pid cannot be recycled between proof and signal).
+fn signal_proven(id: &ProcessIdentity, signal: rustix::process::Signal) -> bool {
+    let Some(pid) = rustix::process::Pid::from_raw(id.pid as i32) else {
+        return false;
+    };
+    let Ok(fd) = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()) else {
+        return false;
+    };
+    if check_process(id) != Liveness::Ours {
+        return false;
+    }
+    rustix::process::pidfd_send_signal(&fd, signal).is_ok()
+}
+
+/// The identity of a just-spawned process. Right after `execve` the kernel has installed the
+/// new memory map (which wakes a vfork parent) but may not yet have set up the argument area,
+/// so `/proc/PID/cmdline` can read empty for a moment: re-read until it is there (bounded).
+fn settled_identity(pid: u32) -> Result<ProcessIdentity, ownership::OwnershipError> {
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        let id = ownership::process_identity(pid)?;
+        if !id.cmdline.is_empty() || Instant::now() >= deadline {
+            return Ok(id);
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+}
+
+/// The cgroup directories of a sandbox, in every hierarchy this host uses.
+fn cgroup_dirs(name: &str) -> Vec<PathBuf> {
+    use airlock_linux::cgroup::{base_dirs, Layout, PARENT_DIR};
+    let Ok(layout) = Layout::detect() else {
+        return Vec::new();
+    };
+    base_dirs(&layout)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|b| b.join(PARENT_DIR).join(name))
+        .collect()
+}
+
+impl Backend for LinuxBackend {
+    type Spec = SandboxSpec;
+
+    fn name(&self) -> &'static str {
+        "linux"
+    }
+
+    fn prepare(&self, record: &SandboxRecord, spec: &SandboxSpec) -> Result<(), BackendError> {
+        self.make_dir(&record.paths.state_dir, record)?;
+        self.make_dir(&record.paths.runtime_dir, record)?;
+        let mut spec = spec.clone();
+        spec.id = record.epoch.instance.clone();
+        let request = StartRequest {
+            spec,
+            runtime_dir: record.paths.runtime_dir.clone(),
+        };
+        let path = record.paths.state_dir.join(START_FILE);
+        let bytes = serde_json::to_vec(&request).map_err(|e| BackendError::Failed {
+            what: "encoding the start request".into(),
+            detail: e.to_string(),
+        })?;
+        airlock_core::write_atomic(&path, &bytes, 0o600).map_err(|e| BackendError::Failed {
+            what: "writing the start request".into(),
+            detail: e.to_string(),
+        })
+    }
+
+    fn start(&self, record: &SandboxRecord) -> Result<Box<dyn Starting + '_>, BackendError> {
+        let log_path = record.paths.state_dir.join(LOG_FILE);
+        let log = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .mode(0o600)
+            .open(&log_path)
+            .map_err(io_err("cannot open", &log_path))?;
+        let exe = PathBuf::from("/proc/self/exe");
+        let mut child = Command::new(&exe)
+            .arg(KEEPER_VERB)
+            .arg(&record.paths.state_dir)
+            .env_clear()
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(log))
+            .spawn()
+            .map_err(io_err("cannot start the keeper", &exe))?;
+        let owner = match settled_identity(child.id()) {
+            Ok(id) => id,
+            Err(e) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(BackendError::Failed {
+                    what: "reading the keeper's identity".into(),
+                    detail: e.to_string(),
+                });
+            }
+        };
+        let stdout = child.stdout.take().expect("piped stdout");
+        Ok(Box::new(LinuxStarting {
+            _child: child,
+            stdout: BufReader::new(stdout),
+            owner,
+            log: log_path,
+            cgroup_name: record.epoch.instance.clone(),
+        }))
+    }
+
+    fn inspect(&self, record: &SandboxRecord) -> Inspection {
+        let live = |id: Option<&ProcessIdentity>| id.map_or(Liveness::Gone, check_process);
+        let runtime = ownership::disk_usage(&record.paths.runtime_dir);
+        let state = ownership::disk_usage(&record.paths.state_dir);
+        Inspection {
+            owner: live(record.keeper.as_ref()),
+            guest: live(record.guest.as_ref()),
+            disk_bytes: Some(runtime + state),
+            exit_note: fs::read_to_string(record.paths.state_dir.join(EXIT_NOTE))
+                .ok()
+                .map(|s| s.trim().to_owned()),
+        }
+    }
+
+    fn stop(&self, record: &SandboxRecord, grace: Duration) -> Result<StopReport, BackendError> {
+        use rustix::process::Signal;
+        let mut report = StopReport::default();
+        let data = data_of(record);
+        if let Some(keeper) = &record.keeper {
+            match check_process(keeper) {
+                Liveness::Ours => {
+                    signal_proven(keeper, Signal::TERM);
+                    if !wait_gone(keeper, grace) {
+                        signal_proven(keeper, Signal::KILL);
+                        report.killed = true;
+                        wait_gone(keeper, Duration::from_secs(5));
+                    }
+                }
+                Liveness::Gone => {}
+                Liveness::Reused => report.unmanaged.push(format!(
+                    "pid {} no longer is this sandbox's keeper; it was left alone",
+                    keeper.pid
+                )),
+            }
+        }
+        // The PDEATHSIG chain takes the init stage and PID 1 down with the keeper; should either
+        // outlive it (or the keeper never ran), end them too, still proven first.
+        for id in [data.init.as_ref(), record.guest.as_ref()]
+            .into_iter()
+            .flatten()
+        {
+            if check_process(id) == Liveness::Ours {
+                signal_proven(id, Signal::KILL);
+                report.killed = true;
+            }
+            if !wait_gone(id, Duration::from_secs(5)) {
+                report
+                    .unmanaged
+                    .push(format!("pid {} did not exit after SIGKILL", id.pid));
+            }
+        }
+        // The keeper's janitor removes the cgroup once the keeper is gone; wait for it (bounded).
+        let name = if data.cgroup_name.is_empty() {
+            record.epoch.instance.clone()
+        } else {
+            data.cgroup_name.clone()
+        };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while cgroup_dirs(&name).iter().any(|d| d.exists()) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Ok(report)
+    }
+
+    fn remove(&self, record: &SandboxRecord) -> Result<Freed, BackendError> {
+        let mut freed = Freed::default();
+        let expected = marker(record);
+        let roots = self.roots();
+        let root_refs: Vec<&Path> = roots.iter().map(PathBuf::as_path).collect();
+        // A socket or directory left by a killed keeper goes with its directory.
+        for dir in [&record.paths.runtime_dir, &record.paths.state_dir] {
+            match check_dir(dir, &root_refs, &expected) {
+                DirOwnership::Absent => {}
+                DirOwnership::Ours => {
+                    freed.bytes += ownership::disk_usage(dir);
+                    fs::remove_dir_all(dir).map_err(io_err("cannot remove", dir))?;
+                    freed.removed.push(dir.clone());
+                }
+                DirOwnership::Unmanaged { reason } => freed.left.push((dir.clone(), reason)),
+            }
+        }
+        let _ = airlock_linux::cgroup::sweep_stale();
+        let data = data_of(record);
+        let name = if data.cgroup_name.is_empty() {
+            record.epoch.instance.clone()
+        } else {
+            data.cgroup_name
+        };
+        for dir in cgroup_dirs(&name).into_iter().filter(|d| d.exists()) {
+            freed.left.push((
+                dir,
+                "the cgroup still exists (a process inside it did not exit)".into(),
+            ));
+        }
+        Ok(freed)
+    }
+
+    fn connect(&self, record: &SandboxRecord) -> Result<Channel, BackendError> {
+        let socket = record.paths.runtime_dir.join(SOCKET);
+        let mut stream =
+            UnixStream::connect(&socket).map_err(io_err("cannot connect to", &socket))?;
+        stream
+            .write_all(&[MODE_STREAM])
+            .map_err(io_err("cannot write to", &socket))?;
+        let key_path = record
+            .paths
+            .runtime_dir
+            .join(&record.epoch.instance)
+            .join("key");
+        let key = fs::read(&key_path).map_err(io_err("cannot read the epoch key", &key_path))?;
+        Ok(Channel { stream, key })
+    }
+
+    fn orphans(&self, known: &[&SandboxRecord]) -> Vec<(PathBuf, Option<String>)> {
+        let mut out = Vec::new();
+        for root in self.roots() {
+            let Ok(entries) = fs::read_dir(&root) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                let path = entry.path();
+                let name = entry.file_name().to_string_lossy().into_owned();
+                // Ephemeral `airlock run` sandboxes live beside ours and belong to their run.
+                if name.starts_with("run-") || known.iter().any(|r| r.name.as_str() == name) {
+                    continue;
+                }
+                let marker = fs::read_to_string(path.join(ownership::MARKER)).ok();
+                out.push((path, marker));
+            }
+        }
+        out.sort();
+        out
+    }
+}
+
+/// `up`'s view of a keeper coming up.
+struct LinuxStarting {
+    _child: Child,
+    stdout: BufReader<ChildStdout>,
+    owner: ProcessIdentity,
+    log: PathBuf,
+    cgroup_name: String,
+}
+
+impl Starting for LinuxStarting {
+    fn owner(&self) -> &ProcessIdentity {
+        &self.owner
+    }
+
+    fn wait(
+        &mut self,
+        deadline: Instant,
+        cancelled: &dyn Fn() -> bool,
+    ) -> Result<Ready, BackendError> {
+        let started = Instant::now();
+        loop {
+            if cancelled() {
+                return Err(BackendError::Cancelled {
+                    while_doing: "waiting for the sandbox to start",
+                });
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(BackendError::Timeout {
+                    waited: started.elapsed(),
+                });
+            }
+            let slice = (deadline - now).min(Duration::from_millis(50));
+            let mut fds = [rustix::event::PollFd::new(
+                self.stdout.get_ref(),
+                rustix::event::PollFlags::IN,
+            )];
+            let timeout = rustix::event::Timespec {
+                tv_sec: 0,
+                tv_nsec: i64::from(slice.subsec_nanos()),
+            };
+            match rustix::event::poll(&mut fds, Some(&timeout)) {
+                Ok(0) | Err(rustix::io::Errno::INTR) => continue,
+                Ok(_) => return self.read_report(),
+                Err(e) => {
+                    return Err(BackendError::Failed {
+                        what: "waiting for the keeper".into(),
+                        detail: e.to_string(),
+                    })
+                }
+            }
+        }
+    }
+}
+
+impl LinuxStarting {
+    fn read_report(&mut self) -> Result<Ready, BackendError> {
+        let _ = self.stdout.get_ref().as_fd();
+        let mut line = String::new();
+        let n = self
+            .stdout
+            .read_line(&mut line)
+            .map_err(io_err("cannot read the keeper's report from", &self.log))?;
+        let report: Option<KeeperReport> = (n > 0)
+            .then(|| serde_json::from_str(line.trim()).ok())
+            .flatten();
+        match report {
+            Some(KeeperReport::Ready {
+                guest_pid,
+                init_pid,
+                timings,
+            }) => {
+                let proven = |pid: u32, what: &str| {
+                    settled_identity(pid).map_err(|e| BackendError::Failed {
+                        what: format!("reading the identity of the sandbox's {what}"),
+                        detail: e.to_string(),
+                    })
+                };
+                let guest = proven(guest_pid, "PID 1")?;
+                let init = proven(init_pid, "init stage")?;
+                let data = LinuxData {
+                    init: Some(init),
+                    cgroup_name: self.cgroup_name.clone(),
+                };
+                Ok(Ready {
+                    guest,
+                    backend_data: serde_json::to_value(data).unwrap_or_default(),
+                    timings,
+                })
+            }
+            Some(KeeperReport::Failed {
+                message,
+                unavailable: true,
+            }) => Err(BackendError::Unavailable {
+                what: "the sandbox did not start".into(),
+                detail: message,
+            }),
+            Some(KeeperReport::Failed { message, .. }) => Err(BackendError::Failed {
+                what: "the sandbox did not start".into(),
+                detail: message,
+            }),
+            None => Err(BackendError::Failed {
+                what: "the keeper exited before the sandbox was ready".into(),
+                detail: format!("see {}: {}", self.log.display(), log_tail(&self.log)),
+            }),
+        }
+    }
+}
+
+/// The last line of the keeper's log, for an error message.
+fn log_tail(path: &Path) -> String {
+    let mut text = String::new();
+    let _ = fs::File::open(path).and_then(|mut f| f.read_to_string(&mut text));
+    text.lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("(empty)")
+        .to_owned()
+}

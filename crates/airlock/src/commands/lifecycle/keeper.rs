@@ -1,0 +1,307 @@
+//! `airlock __keeper <state dir>`: the host-side owner of one persistent sandbox.
+//!
+//! Order of operations:
+//! 1. `setsid`: detached from the terminal and process group of the `up` that spawned it, so
+//!    Ctrl+C or a closed terminal never reach it.
+//! 2. Read the start request; create the cgroup (with its janitor: if the keeper dies, the
+//!    janitor removes the cgroup); start the sandbox *from the main thread* (the init stage's
+//!    PDEATHSIG is bound to the spawning thread, so the sandbox dies with the keeper).
+//! 3. Listen on `<runtime dir>/control.sock` (the directory is 0700), report `Ready` on stdout
+//!    (a pipe to `up`), then point stdout at the log. If nobody reads the report, `up` is gone
+//!    before the sandbox was recorded ready: the keeper tears it down.
+//! 4. Serve until SIGTERM/SIGINT/SIGHUP (orderly stop by `down`) or until the guest's PID 1
+//!    exits (an exit note says so, for `status`). Each client must have this uid (peer
+//!    credentials); its first byte picks the mode: `S` hands the connection itself to PID 1 over
+//!    the control socket (the guest then runs the HMAC handshake with the client, who read the
+//!    per-epoch key from the 0600 file), `D` runs one request detached, owned by the keeper.
+//! 5. Teardown: remove the socket, destroy the sandbox (bounded), destroy the cgroup.
+
+use std::ffi::OsString;
+use std::fs;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use airlock_linux::host::{Sandbox, StartOptions};
+use airlock_protocol::{ExecClient, ExecRequest, Key};
+use nix::sys::signal::{SigSet, Signal};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+use rustix::event::{poll, PollFd, PollFlags};
+
+use super::backend::{
+    KeeperReport, StartRequest, EXIT_NOTE, MODE_DETACHED, MODE_STREAM, SOCKET, START_FILE,
+};
+use crate::commands::run::limits::{self, RunCgroup};
+use crate::commands::run::start_error;
+use crate::error::ErrorKind;
+
+/// How long a client has to send its mode byte (and request) before it is dropped.
+const CLIENT_PREAMBLE: Duration = Duration::from_secs(5);
+
+/// Entry point of the hidden verb; returns the exit status.
+pub fn main(args: &[OsString]) -> i32 {
+    let _ = rustix::process::setsid();
+    // The mask survives exec: `up` blocks SIGINT for its Ctrl+C handling, and nothing of
+    // that may reach the sandbox's processes.
+    let _ = SigSet::all().thread_unblock();
+    let Some(state_dir) = args.get(2).map(PathBuf::from) else {
+        eprintln!("airlock keeper: missing state directory");
+        return 2;
+    };
+    let (sandbox, cgroup, listener, guest_pid) = match start(&state_dir) {
+        Ok(started) => started,
+        Err(report) => {
+            let _ = report_line(&report);
+            return 1;
+        }
+    };
+    let started = sandbox.timings;
+    let report = KeeperReport::Ready {
+        guest_pid,
+        init_pid: sandbox.init_pid(),
+        timings: vec![
+            ("backend.prepare".into(), ms(started.prepare)),
+            ("backend.namespaces".into(), ms(started.namespaces)),
+            ("backend.maps".into(), ms(started.maps)),
+            ("backend.rootfs".into(), ms(started.rootfs)),
+        ],
+    };
+    let reported = report_line(&report)
+        .and_then(|()| rustix::stdio::dup2_stdout(std::io::stderr()).map_err(Into::into));
+    let note = match reported {
+        Ok(()) => serve(&sandbox, &listener, guest_pid),
+        Err(e) => {
+            eprintln!(
+                "airlock keeper: `up` went away before the sandbox was recorded ({e}); stopping it"
+            );
+            None
+        }
+    };
+    if let Some(note) = &note {
+        let _ = fs::write(state_dir.join(EXIT_NOTE), format!("{note}\n"));
+    }
+    teardown(sandbox, cgroup, &listener);
+    i32::from(note.is_some())
+}
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn report_line(report: &KeeperReport) -> std::io::Result<()> {
+    let mut line = serde_json::to_vec(report).map_err(std::io::Error::other)?;
+    line.push(b'\n');
+    let mut out = std::io::stdout().lock();
+    out.write_all(&line)?;
+    out.flush()
+}
+
+fn failed(message: impl Into<String>, unavailable: bool) -> KeeperReport {
+    KeeperReport::Failed {
+        message: message.into(),
+        unavailable,
+    }
+}
+
+type Started = (Sandbox, RunCgroup, UnixListener, u32);
+
+fn start(state_dir: &Path) -> Result<Started, KeeperReport> {
+    let path = state_dir.join(START_FILE);
+    let bytes = fs::read(&path)
+        .map_err(|e| failed(format!("cannot read {}: {e}", path.display()), false))?;
+    let req: StartRequest = serde_json::from_slice(&bytes).map_err(|e| {
+        failed(
+            format!("{} is not a start request: {e}", path.display()),
+            false,
+        )
+    })?;
+    let unavailable = |kind: ErrorKind| match kind {
+        ErrorKind::BackendUnavailable => true,
+        ErrorKind::Failed
+        | ErrorKind::Usage
+        | ErrorKind::Config
+        | ErrorKind::Internal
+        | ErrorKind::Busy
+        | ErrorKind::Interrupted => false,
+    };
+    let mut cgroup =
+        limits::prepare(&req.spec).map_err(|e| failed(e.message.clone(), unavailable(e.kind)))?;
+    let opts = StartOptions {
+        exe: PathBuf::from("/proc/self/exe"),
+        sandboxes_dir: req.runtime_dir.clone(),
+    };
+    let sandbox = match Sandbox::start(&req.spec, &opts, &mut |pid| cgroup.join(pid)) {
+        Ok(s) => s,
+        Err(e) => {
+            cgroup.destroy();
+            let e = start_error(e);
+            return Err(failed(e.message.clone(), unavailable(e.kind)));
+        }
+    };
+    let socket = req.runtime_dir.join(SOCKET);
+    let _ = fs::remove_file(&socket);
+    let listener = UnixListener::bind(&socket)
+        .and_then(|l| l.set_nonblocking(true).map(|()| l))
+        .map_err(|e| failed(format!("cannot listen on {}: {e}", socket.display()), false));
+    let guest = guest_pid(sandbox.init_pid())
+        .ok_or_else(|| failed("the sandbox's PID 1 cannot be found on the host", false));
+    match (listener, guest) {
+        (Ok(listener), Ok(pid)) => Ok((sandbox, cgroup, listener, pid)),
+        (Err(report), _) | (_, Err(report)) => {
+            teardown_parts(sandbox, cgroup);
+            Err(report)
+        }
+    }
+}
+
+/// PID 1 is the init stage's only child.
+fn guest_pid(init_pid: u32) -> Option<u32> {
+    let tasks = fs::read_dir(format!("/proc/{init_pid}/task")).ok()?;
+    for task in tasks.flatten() {
+        let children = fs::read_to_string(task.path().join("children")).unwrap_or_default();
+        if let Some(pid) = children
+            .split_whitespace()
+            .next()
+            .and_then(|p| p.parse().ok())
+        {
+            return Some(pid);
+        }
+    }
+    None
+}
+
+/// Serves clients until asked to stop (`None`) or PID 1 exits (`Some(note)`).
+fn serve(sandbox: &Sandbox, listener: &UnixListener, guest_pid: u32) -> Option<String> {
+    let mut mask = SigSet::empty();
+    for s in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
+        mask.add(s);
+    }
+    // Blocked from here on (also in every connection thread); the sandbox already started, so
+    // its processes did not inherit this mask.
+    if mask.thread_block().is_err() {
+        return Some("the keeper could not set up its signal handling".into());
+    }
+    let Ok(signals) = SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
+    else {
+        return Some("the keeper could not set up its signal handling".into());
+    };
+    let pid1 = rustix::process::Pid::from_raw(guest_pid as i32)
+        .and_then(|p| rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok());
+    let Some(pid1) = pid1 else {
+        return Some(format!("the sandbox's PID 1 (host pid {guest_pid}) exited"));
+    };
+    let control = match sandbox.control().map(|c| c.try_clone_to_owned()) {
+        Some(Ok(fd)) => Arc::new(fd),
+        Some(Err(_)) | None => return Some("the sandbox's control channel is closed".into()),
+    };
+    let key = *sandbox.key();
+    loop {
+        let mut fds = [
+            PollFd::new(listener, PollFlags::IN),
+            PollFd::new(&signals, PollFlags::IN),
+            PollFd::new(&pid1, PollFlags::IN),
+        ];
+        match poll(&mut fds, None) {
+            Ok(_) | Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Some(format!("the keeper failed to wait for events: {e}")),
+        }
+        let ready: Vec<bool> = fds.iter().map(|f| !f.revents().is_empty()).collect();
+        if ready[2] {
+            return Some(format!(
+                "the sandbox's PID 1 (host pid {guest_pid}) exited; the keeper stopped the sandbox"
+            ));
+        }
+        if ready[1] {
+            let _ = signals.read_signal();
+            return None;
+        }
+        if ready[0] {
+            accept_all(listener, &control, key);
+        }
+    }
+}
+
+fn accept_all(listener: &UnixListener, control: &Arc<OwnedFd>, key: [u8; 32]) {
+    while let Ok((conn, _)) = listener.accept() {
+        let control = Arc::clone(control);
+        std::thread::spawn(move || {
+            if let Err(e) = serve_client(conn, &control, key) {
+                eprintln!("airlock keeper: client dropped: {e}");
+            }
+        });
+    }
+}
+
+fn serve_client(mut conn: UnixStream, control: &OwnedFd, key: [u8; 32]) -> std::io::Result<()> {
+    conn.set_nonblocking(false)?;
+    let peer = rustix::net::sockopt::socket_peercred(&conn)?;
+    if peer.uid != rustix::process::geteuid() {
+        return Err(std::io::Error::other(format!(
+            "peer uid {} is not this user",
+            peer.uid.as_raw()
+        )));
+    }
+    conn.set_read_timeout(Some(CLIENT_PREAMBLE))?;
+    let mut mode = [0u8; 1];
+    conn.read_exact(&mut mode)?;
+    match mode[0] {
+        MODE_STREAM => {
+            conn.set_read_timeout(None)?;
+            airlock_protocol::send_stream(control.as_fd(), conn.as_fd())
+                .map_err(std::io::Error::other)
+        }
+        MODE_DETACHED => run_detached(conn, control, key),
+        other => Err(std::io::Error::other(format!(
+            "unknown mode byte {other:#04x}"
+        ))),
+    }
+}
+
+/// Runs one request whose client does not wait: the keeper holds its stream (output discarded)
+/// until the process ends, so it keeps running after `exec -d` returned.
+fn run_detached(conn: UnixStream, control: &OwnedFd, key: [u8; 32]) -> std::io::Result<()> {
+    let mut reader = BufReader::new(conn.try_clone()?);
+    let mut line = String::new();
+    reader.read_line(&mut line)?;
+    let mut conn = conn;
+    let reply = |conn: &mut UnixStream, text: &str| conn.write_all(format!("{text}\n").as_bytes());
+    let request: ExecRequest = match serde_json::from_str(line.trim()) {
+        Ok(r) => r,
+        Err(e) => return reply(&mut conn, &format!("error: bad request: {e}")),
+    };
+    let stream = airlock_protocol::open_stream(control.as_fd()).map_err(std::io::Error::other)?;
+    let client = match ExecClient::connect(stream, &Key::from_bytes(key)) {
+        Ok(c) => c,
+        Err(e) => return reply(&mut conn, &format!("error: {e}")),
+    };
+    reply(&mut conn, "ok")?;
+    drop(conn);
+    let started = Instant::now();
+    let outcome = client.run(&request, None, &mut std::io::sink(), &mut std::io::sink());
+    eprintln!(
+        "airlock keeper: detached {:?} ended after {:?}: {:?}",
+        request.argv.first(),
+        started.elapsed(),
+        outcome
+    );
+    Ok(())
+}
+
+fn teardown(sandbox: Sandbox, cgroup: RunCgroup, listener: &UnixListener) {
+    if let Ok(addr) = listener.local_addr() {
+        if let Some(path) = addr.as_pathname() {
+            let _ = fs::remove_file(path);
+        }
+    }
+    teardown_parts(sandbox, cgroup);
+}
+
+fn teardown_parts(sandbox: Sandbox, mut cgroup: RunCgroup) {
+    if let Err(e) = sandbox.destroy(Duration::from_secs(2)) {
+        eprintln!("airlock keeper: {e}");
+    }
+    cgroup.destroy();
+}

@@ -1,0 +1,195 @@
+//! What the lifecycle verbs (`up`, `exec`, `status`, `ls`, `down`, `clean`) share: resolving
+//! the sandbox name, opening the state, the linux backend, and turning lifecycle errors into
+//! [`CommandError`]s. The orchestration itself lives in `airlock_core::lifecycle`.
+
+pub mod backend;
+pub mod keeper;
+
+use std::path::Path;
+use std::time::Duration;
+
+use airlock_config::Roots;
+use airlock_core::backend::BackendError;
+use airlock_core::lifecycle::{LifecycleError, Stores};
+use airlock_core::names::SandboxName;
+use airlock_core::records::SandboxPaths;
+use airlock_core::DirPresence;
+
+use self::backend::LinuxBackend;
+use super::project::discover_project;
+use crate::context::{ensure_root, Context};
+use crate::error::{CommandError, ErrorKind};
+
+/// How long a mutating command waits for another one holding the sandbox's lock (L8).
+pub const LOCK_WAIT: Duration = Duration::from_secs(30);
+
+/// Parses `--name`, or derives the active project's name. Usage error (exit 2) for a bad name.
+pub fn resolve_name(
+    ctx: &Context,
+    name: Option<&str>,
+) -> Result<(SandboxName, Option<airlock_config::Project>), CommandError> {
+    let project = discover_project(ctx)?;
+    if let Some(text) = name {
+        let name = SandboxName::parse(text).map_err(|e| {
+            CommandError::usage(format!("--name: {e}")).with_hint(
+                "use 1-63 characters from a-z, 0-9 and '-', starting with a letter or digit",
+            )
+        })?;
+        return Ok((name, project));
+    }
+    match project {
+        Some(p) => Ok((SandboxName::for_project(&p.root), Some(p))),
+        None => Err(super::project::active_project(ctx).unwrap_err()),
+    }
+}
+
+/// Everything a lifecycle verb works with.
+pub struct Setup {
+    pub stores: Stores,
+    pub backend: LinuxBackend,
+}
+
+impl Setup {
+    pub fn paths(&self, name: &SandboxName) -> SandboxPaths {
+        SandboxPaths {
+            state_dir: self.backend.sandboxes_state().join(name.as_str()),
+            runtime_dir: self.backend.sandboxes_runtime().join(name.as_str()),
+        }
+    }
+}
+
+/// Opens the lifecycle state. Mutating verbs create the state and runtime roots as private
+/// directories; read-only ones only verify what exists (issue 4 item 9) and create nothing.
+pub fn setup(ctx: &Context, mutating: bool) -> Result<Setup, CommandError> {
+    let roots = ctx.roots()?;
+    for dir in [&roots.state, &roots.runtime] {
+        if mutating {
+            ensure_root(&roots, dir)?;
+        } else {
+            check_root(&roots, dir)?;
+        }
+    }
+    let stores = Stores::open(&roots.state)?;
+    let backend = LinuxBackend {
+        state_root: roots.state.clone(),
+        runtime_root: roots.runtime.clone(),
+    };
+    Ok(Setup { stores, backend })
+}
+
+/// Verifies a root without creating it (anchor as in [`ensure_root`]).
+fn check_root(roots: &Roots, dir: &Path) -> Result<DirPresence, CommandError> {
+    let anchor = if dir.starts_with(&roots.home) {
+        roots.home.clone()
+    } else {
+        match dir.parent() {
+            Some(p) if p.exists() => p.to_path_buf(),
+            _ => return Ok(DirPresence::Absent),
+        }
+    };
+    Ok(airlock_core::check_private_dir(dir, &anchor)?)
+}
+
+/// Maps a lifecycle failure to the CLI's error (exit codes per PRODUCT O5).
+pub fn lifecycle_error(e: LifecycleError) -> CommandError {
+    let message = e.to_string();
+    match e {
+        LifecycleError::Lock(l) => l.into(),
+        LifecycleError::State(s) => s.into(),
+        LifecycleError::Backend(b) => backend_error(b),
+        LifecycleError::Ownership(_) | LifecycleError::CreateDir { .. } => {
+            CommandError::internal("lifecycle.io", message)
+                .with_hint("check the permissions of airlock's state and runtime directories")
+        }
+        LifecycleError::PlanChanged { differences, .. } => {
+            let mut text = format!("{message}:");
+            for d in &differences {
+                text.push_str(&format!(
+                    "\n  {}: running {}, planned {}",
+                    d.field, d.recorded, d.planned
+                ));
+            }
+            CommandError::new(ErrorKind::Failed, "up.plan_changed", text).with_hint(
+                "run `airlock down` to discard the running sandbox, then `airlock up` again",
+            )
+        }
+        LifecycleError::Blocked { .. } => {
+            CommandError::new(ErrorKind::Failed, "lifecycle.unmanaged", message).with_hint(
+                "check the paths named above; remove them yourself if they are yours, then run `airlock clean`",
+            )
+        }
+        LifecycleError::Cancelled { .. } => {
+            CommandError::new(ErrorKind::Interrupted, "lifecycle.cancelled", message)
+                .with_hint("run the command again when you are ready")
+        }
+    }
+}
+
+fn backend_error(e: BackendError) -> CommandError {
+    let message = e.to_string();
+    match e {
+        BackendError::Unavailable { .. } => CommandError::new(
+            ErrorKind::BackendUnavailable,
+            "backend.unavailable",
+            message,
+        )
+        .with_hint("run `airlock doctor` to see what this host is missing"),
+        BackendError::Failed { .. } => {
+            CommandError::new(ErrorKind::Failed, "backend.failed", message)
+                .with_hint("run `airlock doctor`; the keeper's log is in airlock's state directory")
+        }
+        BackendError::Timeout { .. } => CommandError::new(ErrorKind::Failed, "up.timeout", message)
+            .with_hint("try again with a longer --timeout, e.g. --timeout 2m"),
+        BackendError::Cancelled { .. } => {
+            CommandError::new(ErrorKind::Interrupted, "lifecycle.cancelled", message)
+        }
+        BackendError::Io { .. } => CommandError::internal("backend.io", message)
+            .with_hint("check the permissions of airlock's state and runtime directories"),
+    }
+}
+
+/// `1.5s`, `500ms`, `2m`, or plain seconds.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let t = text.trim();
+    let (num, scale) = if let Some(n) = t.strip_suffix("ms") {
+        (n, 0.001)
+    } else if let Some(n) = t.strip_suffix('s') {
+        (n, 1.0)
+    } else if let Some(n) = t.strip_suffix('m') {
+        (n, 60.0)
+    } else {
+        (t, 1.0)
+    };
+    let value: f64 = num
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration (e.g. 30s, 500ms, 2m)"))?;
+    if !(value.is_finite() && value > 0.0 && value * scale <= 3600.0) {
+        return Err(format!("{text:?} must be between 1ms and 60m"));
+    }
+    Ok(Duration::from_secs_f64(value * scale))
+}
+
+/// Human size.
+pub fn human_bytes(n: u64) -> String {
+    match n {
+        n if n >= 1 << 30 => format!("{:.1} GiB", n as f64 / (1u64 << 30) as f64),
+        n if n >= 1 << 20 => format!("{:.1} MiB", n as f64 / (1u64 << 20) as f64),
+        n if n >= 1 << 10 => format!("{:.1} KiB", n as f64 / 1024.0),
+        n => format!("{n} B"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_accept_units_and_refuse_nonsense() {
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        assert_eq!(parse_duration("3").unwrap(), Duration::from_secs(3));
+        for bad in ["", "abc", "-1s", "0", "2h", "inf"] {
+            assert!(parse_duration(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+}

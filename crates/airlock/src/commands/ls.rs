@@ -1,0 +1,60 @@
+//! `airlock ls [--json]`: every sandbox this user owns, one line each: name, health (proven,
+//! as in `status`), project, age, disk use (R4). Read-only.
+
+use airlock_core::lifecycle;
+use airlock_core::records::now_ms;
+use clap::Args;
+
+use super::lifecycle::{human_bytes, lifecycle_error, setup};
+use super::Report;
+use crate::context::Context;
+use crate::error::CommandError;
+use crate::output::{path_text, Doc, Style};
+
+#[derive(Args, Debug)]
+pub struct LsArgs {}
+
+pub fn run(_args: LsArgs, ctx: &Context) -> Result<Report, CommandError> {
+    let setup = setup(ctx, false)?;
+    let mut doc = Doc::new();
+    let mut items = Vec::new();
+    let names = setup.stores.names()?;
+    if names.is_empty() {
+        doc.text(0, &[(Style::Dim, "no sandboxes")]);
+    }
+    for name in names {
+        let r = lifecycle::status(&setup.stores, &setup.backend, &name).map_err(lifecycle_error)?;
+        let (project, age) = r
+            .record
+            .as_ref()
+            .map_or((String::new(), String::new()), |rec| {
+                let secs = now_ms().saturating_sub(rec.created_ms) / 1000;
+                (path_text(&rec.project_root), age_text(secs))
+            });
+        let disk = r
+            .inspection
+            .as_ref()
+            .and_then(|i| i.disk_bytes)
+            .map_or_else(|| "-".to_owned(), human_bytes);
+        doc.text(
+            0,
+            &[
+                (Style::Plain, name.as_str()),
+                (Style::Plain, "  "),
+                (Style::Plain, r.health.as_str()),
+                (Style::Plain, &format!("  {project}  {age}  {disk}")),
+            ],
+        );
+        items.push(super::status::to_json(&r));
+    }
+    Ok(Report::new(doc, serde_json::json!({ "sandboxes": items })))
+}
+
+fn age_text(secs: u64) -> String {
+    match secs {
+        s if s >= 86400 => format!("{}d", s / 86400),
+        s if s >= 3600 => format!("{}h", s / 3600),
+        s if s >= 60 => format!("{}m", s / 60),
+        s => format!("{s}s"),
+    }
+}

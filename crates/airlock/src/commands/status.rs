@@ -1,0 +1,136 @@
+//! `airlock status [--name NAME] [--json]` (PRODUCT L5): the sandbox's health, proven from the
+//! processes themselves, separately from its latest operation. Read-only: takes no lock and
+//! creates nothing. Exit 0 only for `ready`.
+
+use airlock_core::lifecycle::{self, Health, StatusReport};
+use clap::Args;
+
+use super::lifecycle::{human_bytes, lifecycle_error, resolve_name, setup};
+use super::Report;
+use crate::context::Context;
+use crate::error::{CommandError, ErrorKind};
+use crate::output::{path_text, Doc, Style};
+
+#[derive(Args, Debug)]
+pub struct StatusArgs {
+    /// The sandbox to report on instead of the project's
+    #[arg(long, value_name = "NAME", allow_hyphen_values = true)]
+    pub name: Option<String>,
+}
+
+pub fn run(args: StatusArgs, ctx: &Context) -> Result<Report, CommandError> {
+    let (name, _) = resolve_name(ctx, args.name.as_deref())?;
+    let setup = setup(ctx, false)?;
+    let report =
+        lifecycle::status(&setup.stores, &setup.backend, &name).map_err(lifecycle_error)?;
+    let doc = render(&report);
+    let json = to_json(&report);
+    let out = Report::new(doc, json);
+    Ok(match report.health {
+        Health::Ready => out,
+        health => out.with_failure(
+            CommandError::new(
+                ErrorKind::Failed,
+                "status.not_ready",
+                format!("sandbox {name} is {health}"),
+            )
+            .with_hint(format!("next: {}", report.next)),
+        ),
+    })
+}
+
+fn health_style(h: Health) -> Style {
+    match h {
+        Health::Ready => Style::Good,
+        Health::Starting | Health::Absent => Style::Warn,
+        Health::Stopped | Health::Failed | Health::Stale => Style::Bad,
+    }
+}
+
+fn render(r: &StatusReport) -> Doc {
+    let mut doc = Doc::new();
+    doc.heading("Sandbox");
+    doc.field(1, "name", r.name.as_str());
+    doc.styled_field(1, "health", &[(health_style(r.health), r.health.as_str())]);
+    if let Some(rec) = &r.record {
+        doc.field(1, "epoch", &rec.epoch.display());
+        let guest = rec
+            .guest
+            .as_ref()
+            .map_or_else(|| "none".to_owned(), |g| g.pid.to_string());
+        doc.field(1, "guest pid", &guest);
+        doc.field(1, "project", &path_text(&rec.project_root));
+        doc.field(1, "image", &rec.plan.image);
+        if let Some(bytes) = r.inspection.as_ref().and_then(|i| i.disk_bytes) {
+            doc.field(1, "disk", &human_bytes(bytes));
+        }
+        doc.heading("Mappings");
+        for m in rec.plan.workspaces.iter().chain(rec.plan.mounts.iter()) {
+            let mode = if m.writable {
+                "read-write"
+            } else {
+                "read-only"
+            };
+            doc.field(
+                1,
+                &path_text(&m.sandbox),
+                &format!("{} ({mode})", path_text(&m.host)),
+            );
+        }
+    }
+    if let Some(op) = &r.operation {
+        doc.heading("Operation");
+        doc.field(1, "kind", op.kind.as_str());
+        doc.field(1, "started", &format!("{} ms since epoch", op.started_ms));
+        doc.field(1, "phase", &op.phase);
+        doc.field(1, "result", op.result.as_str());
+        let timings: Vec<String> = op
+            .timings
+            .iter()
+            .map(|(k, v)| format!("{k} {v} ms"))
+            .collect();
+        doc.field(1, "timings", &timings.join(", "));
+    }
+    if !r.warnings.is_empty() {
+        doc.heading("Warnings");
+        for w in &r.warnings {
+            doc.text(1, &[(Style::Warn, w)]);
+        }
+    }
+    doc.heading("Next");
+    doc.text(1, &[(Style::Plain, &r.next)]);
+    doc
+}
+
+/// The JSON document of one sandbox's status; `health`, `epoch`, `guest`, `operation` are top
+/// level (issue 4).
+pub fn to_json(r: &StatusReport) -> serde_json::Value {
+    let rec = r.record.as_ref();
+    serde_json::json!({
+        "name": r.name.as_str(),
+        "health": r.health,
+        "epoch": rec.map(|x| x.epoch.display()),
+        "guest": { "pid": rec.and_then(|x| x.guest.as_ref()).map(|g| g.pid) },
+        "keeper": { "pid": rec.and_then(|x| x.keeper.as_ref()).map(|g| g.pid) },
+        "project": rec.map(|x| x.project_root.clone()),
+        "image": rec.map(|x| x.plan.image.clone()),
+        "mappings": rec.map(|x| serde_json::json!({
+            "workspaces": x.plan.workspaces,
+            "mounts": x.plan.mounts,
+            "home": x.plan.home,
+        })),
+        "created_ms": rec.map(|x| x.created_ms),
+        "disk_bytes": r.inspection.as_ref().and_then(|i| i.disk_bytes),
+        "operation": r.operation.as_ref().map(|op| serde_json::json!({
+            "kind": op.kind,
+            "started_ms": op.started_ms,
+            "finished_ms": op.finished_ms,
+            "phase": op.phase,
+            "result": op.result.as_str(),
+            "timings": op.timings,
+            "pid": op.process.pid,
+        })),
+        "warnings": r.warnings,
+        "next": r.next,
+    })
+}

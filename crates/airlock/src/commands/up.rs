@@ -1,0 +1,261 @@
+//! `airlock up [--no-attach] [--memory-mb N] [--timeout D] [--name NAME]` (PRODUCT L1–L4, L7).
+//!
+//! Order of operations:
+//! 1. Validate everything before any side effect (L2): the name, `--timeout`, the terminal
+//!    requirement of attaching (L4: without a terminal and without `--no-attach` it fails here,
+//!    naming `--no-attach`), the project and its configuration, the sandbox spec.
+//! 2. Ctrl+C handling (L7): the first Ctrl+C cancels cleanly (what was created is rolled back,
+//!    a ready sandbox is kept) and exits 130; a second one exits at once.
+//! 3. `airlock_core::lifecycle::up` (lock, stale cleanup, reuse/refuse/create, records).
+//! 4. One line of timings (L3), then attach: until sessions exist, an interactive login shell
+//!    through the same path as `exec -t`.
+//!
+//! Test hook: in debug builds only, `AIRLOCK_TEST_CRASH_AT=<phase>` aborts the process when
+//! that phase starts, to test crash recovery (L8). Release builds never read it; aborting
+//! airlock is something any user can do with `kill -9` anyway, so it grants nothing.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use airlock_core::lifecycle::{self, Observer, UpRequest};
+use airlock_core::records::{MappingSummary, PlanSummary};
+use airlock_linux::spec::{Image, SandboxSpec};
+use airlock_protocol::{ExecRequest, ExecUser, Key};
+use clap::Args;
+use nix::sys::signal::{SigSet, Signal};
+
+use super::lifecycle::{lifecycle_error, parse_duration, resolve_name, setup, LOCK_WAIT};
+use super::plan::load_effective;
+use super::Report;
+use crate::context::Context;
+use crate::error::CommandError;
+use crate::output::Doc;
+
+#[derive(Args, Debug)]
+pub struct UpArgs {
+    /// Do not attach a shell after the sandbox is ready (needed without a terminal)
+    #[arg(long)]
+    pub no_attach: bool,
+    /// Memory limit in MiB for this sandbox only (minimum 256); no file is rewritten
+    #[arg(long, value_name = "N")]
+    pub memory_mb: Option<u64>,
+    /// Longest wait for the sandbox to become ready (e.g. 30s, 2m)
+    #[arg(long, value_name = "D", value_parser = parse_duration)]
+    pub timeout: Option<Duration>,
+    /// Sandbox name instead of the project's `<dir>-<digest>` (a-z, 0-9, '-'; at most 63)
+    #[arg(long, value_name = "NAME", allow_hyphen_values = true)]
+    pub name: Option<String>,
+}
+
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+
+pub fn run(args: UpArgs, ctx: &Context) -> Result<Report, CommandError> {
+    let t0 = Instant::now();
+    let (name, project) = resolve_name(ctx, args.name.as_deref())?;
+    if !args.no_attach && !(ctx.stdin_is_terminal && ctx.stdout_is_terminal) {
+        return Err(CommandError::usage(
+            "`up` attaches a shell, which needs a terminal on stdin and stdout",
+        )
+        .with_hint("pass --no-attach to only create the sandbox (e.g. in scripts)"));
+    }
+    let project = match project {
+        Some(p) => p,
+        None => super::project::active_project(ctx)?,
+    };
+    let roots = ctx.roots()?;
+    let mut notes = Vec::new();
+    let effective = load_effective(&roots, Some(project.clone()), args.memory_mb, &mut notes)?;
+    let spec = super::run::build_spec(&effective, false)?;
+    let plan = plan_summary(&spec);
+
+    let cancel = CtrlC::install();
+    let setup = setup(ctx, true)?;
+    let request = UpRequest {
+        name: name.clone(),
+        project_root: project.root.clone(),
+        plan,
+        spec,
+        paths: setup.paths(&name),
+        lock_wait: LOCK_WAIT,
+        timeout: args.timeout.unwrap_or(DEFAULT_TIMEOUT),
+    };
+    let flag = Arc::clone(&cancel.flag);
+    let cancelled = move || flag.load(Ordering::SeqCst);
+    let outcome = lifecycle::up(
+        &setup.stores,
+        &setup.backend,
+        request,
+        &mut CrashPoints,
+        &cancelled,
+    )
+    .map_err(lifecycle_error)?;
+    let total = ms(t0.elapsed());
+    let mut doc = Doc::new();
+    let epoch = outcome.record.epoch.display();
+    if let Some(op) = &outcome.interrupted {
+        notes.push(format!(
+            "note: an earlier `{}` (pid {}) died during phase {}; it was marked interrupted",
+            op.kind.as_str(),
+            op.process.pid,
+            op.phase
+        ));
+    }
+    for (n, health, freed) in &outcome.cleaned.cleaned {
+        notes.push(format!(
+            "note: cleaned up {health} sandbox {n} ({} freed)",
+            super::lifecycle::human_bytes(freed.bytes)
+        ));
+    }
+    let verb = if outcome.reused { "reused" } else { "created" };
+    doc.text(
+        0,
+        &[(
+            crate::output::Style::Plain,
+            &format!("{verb} sandbox {name} (epoch {epoch})"),
+        )],
+    );
+    let line = format!("prepared in {total} ms, provisioned in 0 ms, total {total} ms");
+    doc.text(0, &[(crate::output::Style::Plain, &line)]);
+    let json = serde_json::json!({
+        "name": name.as_str(),
+        "reused": outcome.reused,
+        "epoch": epoch,
+        "guest": { "pid": outcome.record.guest.as_ref().map(|g| g.pid) },
+        "timings": {
+            "prepare_ms": total,
+            "provision_ms": 0,
+            "total_ms": total,
+            "phases": outcome.operation.timings,
+        },
+    });
+    let mut report = Report::new(doc, json);
+    report.notes = notes;
+    if !args.no_attach {
+        cancel.stop();
+        let status = attach(&setup, &outcome.record)?;
+        report.status = Some(u8::try_from(status).unwrap_or(u8::MAX));
+    }
+    Ok(report)
+}
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The parts of the spec L1 compares.
+pub fn plan_summary(spec: &SandboxSpec) -> PlanSummary {
+    let map = |m: &airlock_linux::spec::Mapping| MappingSummary {
+        host: m.host.clone(),
+        sandbox: m.sandbox.clone(),
+        writable: m.writable,
+    };
+    PlanSummary {
+        image: match &spec.image {
+            Image::Host => "host".to_owned(),
+            Image::Directory(p) => format!("directory {}", p.display()),
+        },
+        workspaces: spec.workspaces.iter().map(map).collect(),
+        mounts: spec.mounts.iter().map(map).collect(),
+        home: spec.user.home.clone(),
+        memory_mb: spec.limits.memory_mb.map(|l| l.value),
+        pids_max: spec.limits.pids_max.map(|l| l.value),
+        cpus: spec.limits.cpus.map(|l| l.value),
+    }
+}
+
+/// An interactive login shell in the sandbox (until sessions exist).
+fn attach(
+    setup: &super::lifecycle::Setup,
+    record: &airlock_core::records::SandboxRecord,
+) -> Result<i32, CommandError> {
+    use airlock_core::backend::Backend;
+    let channel = setup
+        .backend
+        .connect(record)
+        .map_err(|e| lifecycle_error(e.into()))?;
+    let key = key_of(&channel.key)?;
+    let shell = ["/bin/bash", "/bin/sh"]
+        .into_iter()
+        .find(|s| std::path::Path::new(s).exists())
+        .unwrap_or("/bin/sh");
+    let request = ExecRequest {
+        argv: vec![shell.to_owned(), "-l".to_owned()],
+        env: Default::default(),
+        cwd: record
+            .plan
+            .workspaces
+            .first()
+            .map(|w| w.sandbox.to_string_lossy().into_owned()),
+        user: ExecUser::Sandbox,
+        tty: Some(super::run::exec::tty_request()),
+    };
+    super::run::exec::run_stream(channel.stream, &key, &request, true)
+}
+
+/// The epoch key as the protocol wants it.
+pub fn key_of(bytes: &[u8]) -> Result<Key, CommandError> {
+    let arr: [u8; 32] = bytes.try_into().map_err(|_| {
+        CommandError::internal(
+            "exec.key",
+            format!("the sandbox's key file holds {} bytes, not 32", bytes.len()),
+        )
+        .with_hint("run `airlock down` and `airlock up` to start a fresh epoch")
+    })?;
+    Ok(Key::from_bytes(arr))
+}
+
+/// Debug-build crash points (see the module docs).
+struct CrashPoints;
+
+impl Observer for CrashPoints {
+    fn phase(&mut self, phase: &str) {
+        #[cfg(debug_assertions)]
+        if std::env::var("AIRLOCK_TEST_CRASH_AT").is_ok_and(|p| p == phase) {
+            std::process::abort();
+        }
+        #[cfg(not(debug_assertions))]
+        let _ = phase;
+    }
+}
+
+/// Ctrl+C during `up` (L7): SIGINT is blocked in every thread and taken by one waiter thread.
+/// The first sets the cancel flag, the second exits 130 at once. SIGUSR2 ends the waiter
+/// before attaching, where the exec path forwards signals itself.
+struct CtrlC {
+    flag: Arc<AtomicBool>,
+    waiter: Option<std::thread::JoinHandle<()>>,
+}
+
+impl CtrlC {
+    fn install() -> CtrlC {
+        let flag = Arc::new(AtomicBool::new(false));
+        let mut set = SigSet::empty();
+        set.add(Signal::SIGINT);
+        set.add(Signal::SIGUSR2);
+        if set.thread_block().is_err() {
+            return CtrlC { flag, waiter: None };
+        }
+        let f = Arc::clone(&flag);
+        let waiter = std::thread::spawn(move || loop {
+            match set.wait() {
+                Ok(Signal::SIGINT) if f.swap(true, Ordering::SeqCst) => std::process::exit(130),
+                Ok(Signal::SIGINT) => {
+                    eprintln!("airlock: cancelling (Ctrl+C again to exit at once)")
+                }
+                Ok(_) | Err(_) => return,
+            }
+        });
+        CtrlC {
+            flag,
+            waiter: Some(waiter),
+        }
+    }
+
+    fn stop(mut self) {
+        if let Some(w) = self.waiter.take() {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::this(), Signal::SIGUSR2);
+            let _ = w.join();
+        }
+    }
+}

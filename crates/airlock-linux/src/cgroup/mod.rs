@@ -402,7 +402,7 @@ fn ensure_parent(h: &Hierarchy, parent: &Path) -> Result<(), CgroupError> {
             });
         }
     }
-    if h.v2 {
+    if h.v2 && !h.controllers.is_empty() {
         let enable = files::v2_enable_line(&h.controllers);
         for dir in [h.base.as_path(), parent] {
             let path = dir.join("cgroup.subtree_control");

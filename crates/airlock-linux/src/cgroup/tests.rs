@@ -526,3 +526,34 @@ fn releasing_the_janitor_cleans_up_a_cgroup_airlock_did_not_destroy() {
     );
     assert!(paths.iter().all(|p| !p.exists()), "janitor left {paths:?}");
 }
+
+#[test]
+fn v2_destroy_kills_members_with_cgroup_kill_and_removes_the_directory() {
+    // This host binds every controller to v1, but its (controller-less) cgroup2 hierarchy still
+    // has cgroup.procs and cgroup.kill: enough to exercise the v2 kill and removal path.
+    let Ok(layout) = Layout::detect() else { return };
+    let Some(v2) = layout.v2.filter(|v| v.own_dir == v.mount_point) else {
+        return;
+    };
+    if !rustix::process::geteuid().is_root() || !v2.own_dir.join("cgroup.kill").exists() {
+        return;
+    }
+    let h = Hierarchy {
+        controllers: Vec::new(),
+        ..super::tests::v2(&v2.own_dir)
+    };
+    let cg = Guard(Some(
+        Cgroup::create_in(vec![h], &unique("v2kill"), &CgroupLimits::default()).unwrap(),
+    ));
+    let path = cg.paths()[0].clone();
+    let mut child = Command::new("sleep").arg("100").spawn().unwrap();
+    cg.add_pid(child.id()).unwrap();
+    assert_eq!(cg.pids().unwrap(), [child.id()]);
+    cg.destroy(Duration::from_secs(5)).unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&status),
+        Some(libc::SIGKILL)
+    );
+    assert!(!path.exists());
+}

@@ -4,6 +4,8 @@ mod config;
 mod doctor;
 mod init;
 mod plan;
+mod policy;
+mod secret;
 mod trust;
 mod usage;
 mod version;

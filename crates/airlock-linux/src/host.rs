@@ -300,29 +300,43 @@ impl Sandbox {
 
     fn stop(&mut self, grace: Duration) {
         self.control = None;
-        let deadline = Instant::now() + grace;
-        while Instant::now() < deadline {
-            if matches!(self.init.try_wait(), Ok(Some(_))) {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        // PID 1 exits once it sees the control socket close; its pidfd becomes readable when it
+        // has exited, which (as init of the PID namespace) means every sandbox process is gone.
         if let Some(pid1) = &self.pid1 {
-            let _ = rustix::process::pidfd_send_signal(pid1, rustix::process::Signal::KILL);
+            if !wait_pidfd(pid1, grace) {
+                let _ = rustix::process::pidfd_send_signal(pid1, rustix::process::Signal::KILL);
+                wait_pidfd(pid1, KILL_WAIT);
+            }
         }
-        let _ = self.init.kill();
+        // The intermediate exits right after reaping PID 1; kill it in case PID 1 never started.
+        if !matches!(self.init.try_wait(), Ok(Some(_))) {
+            let _ = self.init.kill();
+        }
         let _ = self.init.wait();
-        // PID 1's exit (and with it the PID namespace's teardown) is reported on its pidfd.
-        if let Some(pid1) = self.pid1.take() {
-            let mut fds = [rustix::event::PollFd::new(
-                &pid1,
-                rustix::event::PollFlags::IN,
-            )];
-            let limit = rustix::event::Timespec {
-                tv_sec: 5,
-                tv_nsec: 0,
-            };
-            let _ = rustix::event::poll(&mut fds, Some(&limit));
+        self.pid1 = None;
+    }
+}
+
+/// How long to wait for PID 1 after SIGKILL.
+const KILL_WAIT: Duration = Duration::from_secs(5);
+
+/// Waits up to `limit` for the process behind `pidfd` to exit; whether it did.
+fn wait_pidfd(pidfd: &OwnedFd, limit: Duration) -> bool {
+    let deadline = Instant::now() + limit;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let timeout = rustix::event::Timespec {
+            tv_sec: left.as_secs() as i64,
+            tv_nsec: i64::from(left.subsec_nanos()),
+        };
+        let mut fds = [rustix::event::PollFd::new(
+            pidfd,
+            rustix::event::PollFlags::IN,
+        )];
+        match rustix::event::poll(&mut fds, Some(&timeout)) {
+            Ok(n) => return n > 0,
+            Err(rustix::io::Errno::INTR) if !left.is_zero() => continue,
+            Err(_) => return false,
         }
     }
 }

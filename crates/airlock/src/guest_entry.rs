@@ -24,6 +24,10 @@ pub fn dispatch(args: &[OsString]) -> Option<i32> {
     if verb == airlock_linux::bootstrap::INIT_VERB && args.len() == 2 {
         return Some(init());
     }
+    // The host-side owner of a persistent sandbox (`airlock up`); see commands::lifecycle.
+    if verb == crate::commands::lifecycle::backend::KEEPER_VERB && args.len() == 3 {
+        return Some(crate::commands::lifecycle::keeper::main(args));
+    }
     None
 }
 

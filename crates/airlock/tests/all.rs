@@ -5,4 +5,5 @@
 pub mod common;
 
 mod cli;
+mod lifecycle;
 mod runtime;

@@ -11,15 +11,22 @@ use crate::context::Context;
 use crate::error::CommandError;
 use crate::output::Doc;
 
+pub mod clean;
 pub mod config;
 pub mod doctor;
+pub mod down;
+pub mod exec;
 pub mod init;
+pub mod lifecycle;
+pub mod ls;
 pub mod plan;
 pub mod policy;
 mod project;
 pub mod run;
 pub mod secret;
+pub mod status;
 pub mod trust;
+pub mod up;
 pub mod version;
 
 #[derive(Subcommand, Debug)]
@@ -32,6 +39,18 @@ pub enum Command {
     Plan(plan::PlanArgs),
     /// Run one command in an ephemeral sandbox of the project, then destroy it
     Run(run::RunArgs),
+    /// Create the project's persistent sandbox (or reuse the exact ready one), then attach
+    Up(up::UpArgs),
+    /// Run one command in the ready sandbox
+    Exec(exec::ExecArgs),
+    /// Health of the project's sandbox and of its latest operation; exit 0 only when ready
+    Status(status::StatusArgs),
+    /// List every sandbox of this user
+    Ls(ls::LsArgs),
+    /// Stop the sandbox and discard its guest state (idempotent)
+    Down(down::DownArgs),
+    /// Remove inactive sandbox state that airlock can prove it owns
+    Clean(clean::CleanArgs),
     /// Network policy: list, allow, deny, check a destination, read the audit log
     Policy(policy::PolicyArgs),
     /// Host-side secrets bound to hosts; the sandbox sees only placeholders
@@ -53,6 +72,12 @@ pub fn run(command: Command, ctx: &Context) -> Result<Report, CommandError> {
         Command::Config(args) => config::run(args, ctx),
         Command::Plan(args) => plan::run(args, ctx),
         Command::Run(args) => run::run(args, ctx),
+        Command::Up(args) => up::run(args, ctx),
+        Command::Exec(args) => exec::run(args, ctx),
+        Command::Status(args) => status::run(args, ctx),
+        Command::Ls(args) => ls::run(args, ctx),
+        Command::Down(args) => down::run(args, ctx),
+        Command::Clean(args) => clean::run(args, ctx),
         Command::Policy(args) => policy::run(args, ctx),
         Command::Secret(args) => secret::run(args, ctx),
         Command::Trust(args) => trust::run_trust(args, ctx),

@@ -33,8 +33,8 @@ use super::Report;
 use crate::context::{ensure_root, Context};
 use crate::error::{CommandError, ErrorKind};
 
-mod exec;
-mod limits;
+pub(crate) mod exec;
+pub(crate) mod limits;
 
 #[derive(Args, Debug)]
 pub struct RunArgs {
@@ -174,7 +174,7 @@ impl Phases {
     }
 }
 
-fn parse_env(items: &[String]) -> Result<BTreeMap<String, String>, CommandError> {
+pub(crate) fn parse_env(items: &[String]) -> Result<BTreeMap<String, String>, CommandError> {
     let mut env = BTreeMap::new();
     for item in items {
         let valid = |k: &str| {
@@ -214,7 +214,7 @@ fn host_user(home: &Path) -> HostUser {
     }
 }
 
-fn build_spec(eff: &Effective, root: bool) -> Result<SandboxSpec, CommandError> {
+pub(crate) fn build_spec(eff: &Effective, root: bool) -> Result<SandboxSpec, CommandError> {
     use airlock_config::Origin;
     let image = match &eff.image.value {
         airlock_config::effective::Image::Host => Image::Host,
@@ -302,7 +302,7 @@ fn getrandom_bytes(buf: &mut [u8]) -> std::io::Result<()> {
 /// the current directory when it is mapped, else the first workspace. It must lie inside a
 /// workspace, a mount or the sandbox home once symlinks are resolved; `/proc` paths (e.g.
 /// `/proc/self/fd/N`, which would name a host descriptor) and `..` escapes are refused.
-fn resolve_workdir(
+pub(crate) fn resolve_workdir(
     requested: Option<&Path>,
     cwd: &Path,
     spec: &SandboxSpec,
@@ -375,7 +375,7 @@ fn normalize(path: &Path) -> Option<PathBuf> {
 }
 
 /// Classifies a start failure (PRODUCT O5: 69 when the host cannot provide the backend).
-fn start_error(e: StartError) -> CommandError {
+pub(crate) fn start_error(e: StartError) -> CommandError {
     let doctor = "run `airlock doctor` to see what this host is missing";
     match &e {
         StartError::RootUnavailable { .. } => CommandError::new(

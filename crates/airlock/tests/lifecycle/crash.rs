@@ -1,0 +1,124 @@
+//! L7, L8 and issue 4 acceptance: airlock killed mid-`up` at several points, `up` and `down` at
+//! the same time, twenty concurrent `up`s. Each leaves a state `status` describes truthfully
+//! and the next `up` recovers from.
+
+use std::process::Child;
+use std::time::Duration;
+
+use super::{alive, wait_until, Project};
+
+/// Phases of `up` at which the debug-build crash hook aborts airlock.
+const PHASES: [&str; 5] = ["cleanup", "prepare", "start", "wait", "record"];
+
+#[test]
+fn airlock_killed_mid_up_at_each_phase_is_reported_and_recovered() {
+    for phase in PHASES {
+        let p = Project::new();
+        let out = p
+            .command(&["up", "--no-attach"])
+            .env("AIRLOCK_TEST_CRASH_AT", phase)
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            None,
+            "{phase}: up was not aborted: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let status = p.run(&["status", "--json"]);
+        status.assert_code(1);
+        let doc = status.json();
+        let health = doc["health"].as_str().unwrap().to_owned();
+        assert!(
+            ["absent", "stale"].contains(&health.as_str()),
+            "{phase}: health {health}: {doc}"
+        );
+        assert_eq!(doc["operation"]["result"], "interrupted", "{phase}: {doc}");
+        assert_eq!(doc["operation"]["phase"], phase, "{phase}: {doc}");
+        let up = p.up();
+        assert_eq!(up["reused"], false, "{phase}");
+        let status = p.run(&["status", "--json"]);
+        status.assert_code(0);
+        p.run(&["exec", "--", "true"]).assert_code(0);
+        let down = p.run(&["down", "--json"]);
+        down.assert_code(0);
+        // Whatever the crashed `up` had started is gone too (no second sandbox survived).
+        let ls = p.run(&["ls", "--json"]).json();
+        assert_eq!(
+            ls["sandboxes"].as_array().unwrap().len(),
+            0,
+            "{phase}: {ls}"
+        );
+        assert_no_keepers_of(&p);
+    }
+}
+
+/// No keeper process of this world is left.
+fn assert_no_keepers_of(p: &Project) {
+    let world = p.env.root().to_string_lossy().into_owned();
+    let gone = wait_until(Duration::from_secs(10), || {
+        !std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
+            let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+            let cmd = String::from_utf8_lossy(&cmd);
+            cmd.contains("__keeper") && cmd.contains(&world)
+        })
+    });
+    assert!(gone, "a keeper of this test world is still running");
+}
+
+fn finish(child: Child) -> (Option<i32>, String, String) {
+    let out = child.wait_with_output().expect("wait");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn up_and_down_at_the_same_time_serialize_and_leave_a_truthful_state() {
+    let p = Project::new();
+    for round in 0..3 {
+        let up = p.command(&["up", "--no-attach"]).spawn().unwrap();
+        let down = p.command(&["down"]).spawn().unwrap();
+        let (up_code, _, up_err) = finish(up);
+        let (down_code, _, down_err) = finish(down);
+        assert_eq!(up_code, Some(0), "round {round}: {up_err}");
+        assert_eq!(down_code, Some(0), "round {round}: {down_err}");
+        let doc = p.status();
+        match doc["health"].as_str().unwrap() {
+            "ready" => {
+                let guest = doc["guest"]["pid"].as_u64().unwrap();
+                assert!(alive(guest));
+                p.run(&["exec", "--", "true"]).assert_code(0);
+            }
+            "absent" => assert_no_keepers_of(&p),
+            other => panic!("round {round}: health {other} after up and down: {doc}"),
+        }
+    }
+}
+
+#[test]
+fn twenty_concurrent_ups_of_one_project_make_exactly_one_sandbox() {
+    let p = Project::new();
+    let children: Vec<Child> = (0..20)
+        .map(|_| p.command(&["up", "--no-attach", "--json"]).spawn().unwrap())
+        .collect();
+    let mut epochs = Vec::new();
+    let mut created = 0;
+    for child in children {
+        let (code, stdout, stderr) = finish(child);
+        assert_eq!(code, Some(0), "{stderr}");
+        let doc: serde_json::Value = serde_json::from_str(&stdout).expect("one JSON document");
+        if doc["reused"] == false {
+            created += 1;
+        }
+        epochs.push(doc["epoch"].as_str().unwrap().to_owned());
+    }
+    assert_eq!(created, 1, "more than one up created a sandbox");
+    epochs.dedup();
+    assert_eq!(epochs.len(), 1, "different epochs: {epochs:?}");
+    let ls = p.run(&["ls", "--json"]).json();
+    assert_eq!(ls["sandboxes"].as_array().unwrap().len(), 1, "{ls}");
+    assert_eq!(p.health(), "ready");
+}

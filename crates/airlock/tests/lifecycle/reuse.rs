@@ -1,0 +1,120 @@
+//! L1: reuse keeps the epoch; a different plan is refused with the field named; exec works in
+//! the ready sandbox and returns the guest's status.
+
+use super::{wait_until, Project};
+use std::time::Duration;
+
+#[test]
+fn up_twice_reuses_the_sandbox_and_keeps_its_epoch() {
+    let p = Project::new();
+    let first = p.up();
+    assert_eq!(first["reused"], false, "{first}");
+    let second = p.up();
+    assert_eq!(second["reused"], true, "{second}");
+    assert_eq!(first["epoch"], second["epoch"]);
+    assert_eq!(first["guest"]["pid"], second["guest"]["pid"]);
+    let status = p.run(&["status", "--json"]);
+    status.assert_code(0);
+    let doc = status.json();
+    assert_eq!(doc["health"], "ready");
+    assert_eq!(doc["epoch"], first["epoch"]);
+    assert_eq!(doc["operation"]["kind"], "up");
+    assert_eq!(doc["operation"]["result"], "succeeded");
+}
+
+#[test]
+fn up_prints_preparation_provisioning_and_total_time_on_one_line() {
+    let p = Project::new();
+    let run = p.run(&["up", "--no-attach"]);
+    run.assert_code(0);
+    let line = run
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("prepared in "))
+        .unwrap_or_else(|| panic!("no timing line in {:?}", run.stdout));
+    assert!(
+        line.contains(" ms, provisioned in ") && line.contains(" ms, total "),
+        "{line}"
+    );
+}
+
+#[test]
+fn a_changed_mount_is_refused_naming_the_mount_and_airlock_down() {
+    let p = Project::new();
+    let data = p.env.dir("data");
+    let config = |ro: bool| {
+        format!(
+            "[[mount]]\nname = \"data\"\npath = \"{}\"\nread_only = {ro}\n",
+            data.display()
+        )
+    };
+    p.env.write_user_config(&config(true));
+    let first = p.up();
+    p.env.write_user_config(&config(false));
+    let run = p.run(&["up", "--no-attach"]);
+    run.assert_code(1);
+    let mount_field = format!("mount {}", data.display());
+    assert!(run.stderr.contains(&mount_field), "{}", run.stderr);
+    assert!(run.stderr.contains("read-only") && run.stderr.contains("read-write"));
+    assert!(run.stderr.contains("airlock down"), "{}", run.stderr);
+    // The running sandbox was not replaced.
+    assert_eq!(p.status()["epoch"], first["epoch"]);
+}
+
+#[test]
+fn exec_returns_the_guest_status_and_runs_in_the_workspace() {
+    let p = Project::new();
+    p.up();
+    p.run(&["exec", "--", "sh", "-c", "exit 7"]).assert_code(7);
+    p.run(&["exec", "--", "sh", "-c", "kill -TERM $$"])
+        .assert_code(143);
+    let run = p.run(&["exec", "--", "pwd"]);
+    run.assert_code(0);
+    assert_eq!(run.stdout.trim(), p.dir.to_string_lossy());
+    let run = p.run(&[
+        "exec",
+        "-e",
+        "GREETING=hi there",
+        "--",
+        "sh",
+        "-c",
+        "echo $GREETING",
+    ]);
+    assert_eq!(run.stdout.trim(), "hi there");
+}
+
+#[test]
+fn background_processes_of_an_exec_keep_running_after_it_returns() {
+    let p = Project::new();
+    p.up();
+    p.run(&["exec", "--", "sh", "-c", "sleep 300 >/dev/null 2>&1 &"])
+        .assert_code(0);
+    p.run(&[
+        "exec",
+        "-d",
+        "--",
+        "sh",
+        "-c",
+        "echo detached > /tmp/marker; exec sleep 301",
+    ])
+    .assert_code(0);
+    let seen = wait_until(Duration::from_secs(10), || {
+        let ps = p.run(&["exec", "--", "ps", "-eo", "args"]);
+        ps.stdout.contains("sleep 300") && ps.stdout.contains("sleep 301")
+    });
+    assert!(seen, "{}", p.run(&["exec", "--", "ps", "-ef"]).stdout);
+    let run = p.run(&["exec", "--", "cat", "/tmp/marker"]);
+    assert_eq!(run.stdout.trim(), "detached");
+}
+
+#[test]
+fn exec_into_an_absent_sandbox_fails_with_the_next_action() {
+    let p = Project::new();
+    let run = p.run(&["exec", "--", "true"]);
+    run.assert_code(1);
+    assert!(
+        run.stderr.contains("absent") && run.stderr.contains("airlock up"),
+        "{}",
+        run.stderr
+    );
+}

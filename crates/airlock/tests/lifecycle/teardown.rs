@@ -1,0 +1,130 @@
+//! L6, issue 4 acceptance: `down` is idempotent and leaves nothing of the sandbox on the host
+//! (processes, mounts, cgroups, sockets, directories); `clean` removes stale state it can prove
+//! it owns and leaves everything else alone.
+
+use std::time::Duration;
+
+use super::{alive, cgroup_dirs, kill9, wait_until, Project};
+
+#[test]
+fn down_twice_succeeds_and_leaves_no_process_mount_cgroup_or_socket() {
+    let p = Project::new();
+    let up = p.up();
+    let name = up["name"].as_str().unwrap().to_owned();
+    let record = p.record(&name).expect("record after up");
+    let guest = record["guest"]["pid"].as_u64().unwrap();
+    let keeper = record["keeper"]["pid"].as_u64().unwrap();
+    let init = record["backend_data"]["init"]["pid"].as_u64().unwrap();
+    let instance = record["epoch"]["instance"].as_str().unwrap().to_owned();
+    let socket = p
+        .runtime_root()
+        .join("sandboxes")
+        .join(&name)
+        .join("control.sock");
+    assert!(socket.exists(), "no control socket at {}", socket.display());
+    assert!(alive(guest) && alive(keeper) && alive(init));
+
+    let run = p.run(&["down"]);
+    run.assert_code(0);
+    assert!(run.stdout.contains("removed sandbox"), "{}", run.stdout);
+    let again = p.run(&["down"]);
+    again.assert_code(0);
+    assert!(again.stdout.contains("nothing to do"), "{}", again.stdout);
+
+    for (what, pid) in [
+        ("guest PID 1", guest),
+        ("keeper", keeper),
+        ("init stage", init),
+    ] {
+        assert!(!alive(pid), "the {what} (pid {pid}) survived down");
+    }
+    assert!(!socket.exists(), "the control socket survived down");
+    assert!(!p.runtime_root().join("sandboxes").join(&name).exists());
+    assert!(!p.state_root().join("sandboxes").join(&name).exists());
+    assert!(
+        cgroup_dirs(&instance).is_empty(),
+        "cgroup left: {:?}",
+        cgroup_dirs(&instance)
+    );
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let world = p.env.root().to_string_lossy().into_owned();
+    assert!(
+        !mountinfo.contains(&world),
+        "a mount of the test world survived"
+    );
+    let status = p.run(&["status", "--json"]);
+    status.assert_code(1);
+    assert_eq!(status.json()["health"], "absent");
+}
+
+#[test]
+fn killing_pid1_makes_status_not_ready_and_up_recovers() {
+    let p = Project::new();
+    let up = p.up();
+    let guest = up["guest"]["pid"].as_u64().unwrap();
+    kill9(guest);
+    let not_ready = wait_until(Duration::from_secs(10), || p.health() != "ready");
+    assert!(not_ready, "status still says ready after PID 1 was killed");
+    let status = p.run(&["status", "--json"]);
+    status.assert_code(1);
+    let health = status.json()["health"].as_str().unwrap().to_owned();
+    assert!(
+        ["failed", "stopped", "stale"].contains(&health.as_str()),
+        "health {health}"
+    );
+    let again = p.up();
+    assert_eq!(again["reused"], false);
+    assert_ne!(again["epoch"], up["epoch"]);
+    p.run(&["status"]).assert_code(0);
+    p.run(&["exec", "--", "true"]).assert_code(0);
+}
+
+#[test]
+fn clean_frees_a_stale_sandbox_and_leaves_unmarked_directories_alone() {
+    let p = Project::new();
+    let up = p.up();
+    let name = up["name"].as_str().unwrap().to_owned();
+    let keeper = p.record(&name).unwrap()["keeper"]["pid"].as_u64().unwrap();
+    kill9(keeper);
+    assert!(wait_until(Duration::from_secs(10), || p.health() == "stale"));
+    let foreign = p.state_root().join("sandboxes").join("not-ours");
+    std::fs::create_dir_all(&foreign).unwrap();
+
+    let run = p.run(&["clean", "--json"]);
+    run.assert_code(0);
+    let doc = run.json();
+    let cleaned: Vec<&str> = doc["cleaned"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(cleaned, [name.as_str()], "{doc}");
+    let unmanaged = doc["unmanaged"].to_string();
+    assert!(unmanaged.contains("not-ours"), "{doc}");
+    assert!(
+        foreign.exists(),
+        "clean removed a directory without our marker"
+    );
+    assert_eq!(p.health(), "absent");
+    assert!(!alive(up["guest"]["pid"].as_u64().unwrap()));
+}
+
+#[test]
+fn ls_lists_every_sandbox_with_its_health() {
+    let p = Project::new();
+    let run = p.run(&["ls", "--json"]);
+    run.assert_code(0);
+    assert_eq!(run.json()["sandboxes"].as_array().unwrap().len(), 0);
+    let up = p.up();
+    let run = p.run(&["ls", "--json"]);
+    run.assert_code(0);
+    let doc = run.json();
+    let items = doc["sandboxes"].as_array().unwrap();
+    assert_eq!(items.len(), 1, "{doc}");
+    assert_eq!(items[0]["name"], up["name"]);
+    assert_eq!(items[0]["health"], "ready");
+    assert!(items[0]["disk_bytes"].is_u64());
+    let human = p.run(&["ls"]);
+    assert!(human.stdout.contains(up["name"].as_str().unwrap()) && human.stdout.contains("ready"));
+}

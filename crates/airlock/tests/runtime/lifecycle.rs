@@ -276,3 +276,29 @@ both! {
         assert!(stdout.contains("/dev/pts/0"), "no private PTY: {stdout}");
     }
 }
+
+both! {
+    /// `airlock run -- yes | head`: when the reader of the output goes away, airlock ends
+    /// quietly with 128+SIGPIPE and the sandbox is destroyed, like any pipeline member.
+    fn closed_output_pipe_ends_run_quietly(rt) {
+        let mut child = rt
+            .command(&rt.project, &["run", "--", "yes"])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut out = child.stdout.take().unwrap();
+        let mut buf = [0u8; 4];
+        use std::io::Read;
+        out.read_exact(&mut buf).unwrap();
+        assert_eq!(&buf, b"y\ny\n");
+        drop(out);
+        let started = Instant::now();
+        let result = child.wait_with_output().unwrap();
+        assert!(started.elapsed() < Duration::from_secs(10));
+        assert_eq!(result.status.code(), Some(141));
+        let stderr = String::from_utf8_lossy(&result.stderr);
+        assert!(!stderr.contains("error["), "{stderr}");
+    }
+}

@@ -124,8 +124,19 @@ pub fn run_stream(
             | ErrorCode::UnexpectedMessage
             | ErrorCode::Internal => Err(client_error(ClientError::Remote(e))),
         },
+        // The reader of our output went away (`airlock run -- yes | head`): end quietly, as a
+        // shell pipeline member would, with 128 + SIGPIPE.
+        Err(ClientError::Output { source, .. })
+            if source.kind() == std::io::ErrorKind::BrokenPipe =>
+        {
+            Ok(128 + libc_sigpipe())
+        }
         Err(e) => Err(client_error(e)),
     }
+}
+
+fn libc_sigpipe() -> i32 {
+    Signal::SIGPIPE as i32
 }
 
 /// Forwards terminating signals (and window changes with a PTY) into the exec. The signals are

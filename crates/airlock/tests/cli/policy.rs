@@ -290,3 +290,122 @@ fn log_without_a_sandbox_says_so_and_exits_0() {
     v.assert_code(0);
     assert_eq!(v.json()["entries"], serde_json::json!([]));
 }
+
+/// Records a sandbox for `project` the way the lifecycle does (no sandbox runs) and returns
+/// its audit log path.
+fn record_sandbox(env: &TestEnv, project: &std::path::Path) -> std::path::PathBuf {
+    use airlock_core::lifecycle::Stores;
+    use airlock_core::names::SandboxName;
+    use airlock_core::records::{Epoch, Phase, PlanSummary, SandboxPaths, SandboxRecord};
+    let name = SandboxName::for_project(project);
+    let state_dir = env
+        .state_home()
+        .join("airlock/sandboxes")
+        .join(name.as_str());
+    std::fs::create_dir_all(&state_dir).unwrap();
+    let record = SandboxRecord {
+        name: name.clone(),
+        project_root: project.to_owned(),
+        backend: "linux".into(),
+        plan: PlanSummary {
+            image: "host".into(),
+            workspaces: vec![],
+            mounts: vec![],
+            home: env.home.clone(),
+            memory_mb: None,
+            pids_max: None,
+            cpus: None,
+        },
+        epoch: Epoch {
+            instance: "0".into(),
+            boot_nonce: "0".into(),
+        },
+        phase: Phase::Ready,
+        keeper: None,
+        guest: None,
+        created_ms: 0,
+        ready_ms: None,
+        paths: SandboxPaths {
+            state_dir: state_dir.clone(),
+            runtime_dir: env
+                .runtime_dir
+                .join("airlock/sandboxes")
+                .join(name.as_str()),
+        },
+        backend_data: serde_json::Value::Null,
+    };
+    let stores = Stores::open(&env.state_home().join("airlock")).unwrap();
+    stores
+        .sandboxes
+        .write(name.as_str(), None, &record)
+        .unwrap();
+    state_dir.join("audit.jsonl")
+}
+
+fn audit_line(host: &str, decision: &str) -> String {
+    serde_json::json!({
+        "time": "2026-01-01T00:00:00.000Z", "method": "GET", "host": host, "port": 80,
+        "decision": decision, "rule": "no rule allows it (preset dev)", "status": 403,
+        "bytes_up": 0, "bytes_down": 0, "mode": "http", "secrets": [], "warnings": [],
+    })
+    .to_string()
+        + "\n"
+}
+
+#[test]
+fn log_prints_the_sandboxs_entries_with_control_characters_escaped() {
+    let env = TestEnv::new();
+    let project = env.git_project("src/demo");
+    let log = record_sandbox(&env, &project);
+    let quiet = env.run_in(&project, &["policy", "log"]);
+    quiet.assert_code(0);
+    assert!(
+        quiet.stdout.contains("no request has been logged yet"),
+        "{}",
+        quiet.stdout
+    );
+    let hostile = "evil\u{1b}]0;owned\u{7}.example";
+    std::fs::write(
+        &log,
+        audit_line(hostile, "deny") + &audit_line("ok.example", "allow"),
+    )
+    .unwrap();
+    let run = env.run_in(&project, &["policy", "log"]);
+    run.assert_code(0);
+    assert!(!run.stdout.contains('\u{1b}'), "{:?}", run.stdout);
+    let lines: Vec<&str> = run.stdout.lines().collect();
+    assert_eq!(lines.len(), 2, "{}", run.stdout);
+    assert!(lines[0].contains("deny") && lines[0].contains("evil\\x1b]0;owned\\x07.example:80"));
+    assert!(lines[1].contains("allow") && lines[1].contains("ok.example:80"));
+    let v = env.run_in(&project, &["policy", "log", "--json"]).json();
+    assert_eq!(
+        v["entries"][0]["host"], hostile,
+        "JSON keeps the exact value"
+    );
+    assert_eq!(v["entries"].as_array().unwrap().len(), 2);
+}
+
+#[test]
+fn log_follow_prints_entries_appended_later() {
+    use std::io::{BufRead, BufReader};
+    let env = TestEnv::new();
+    let project = env.git_project("src/demo");
+    let log = record_sandbox(&env, &project);
+    std::fs::write(&log, audit_line("first.example", "allow")).unwrap();
+    let mut child = env
+        .command(&project, &["policy", "log", "--follow", "--json"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first: serde_json::Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+    assert_eq!(first["host"], "first.example");
+    let mut f = std::fs::OpenOptions::new().append(true).open(&log).unwrap();
+    std::io::Write::write_all(&mut f, audit_line("later.example", "deny").as_bytes()).unwrap();
+    let later: serde_json::Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+    assert_eq!(later["host"], "later.example");
+    assert_eq!(later["decision"], "deny");
+    child.kill().unwrap();
+    child.wait().unwrap();
+}

@@ -21,7 +21,7 @@ use airlock_core::records::SandboxPaths;
 use airlock_proxy::audit::{AuditEntry, AuditError, AuditFollower, Verdict};
 use clap::Args;
 
-use super::super::project::active_project;
+use super::super::lifecycle::resolve_name;
 use super::super::Report;
 use crate::context::Context;
 use crate::error::CommandError;
@@ -43,17 +43,19 @@ pub struct LogArgs {
     /// Keep printing new entries until Ctrl+C
     #[arg(long, short = 'f')]
     pub follow: bool,
+    /// The sandbox (default: the active project's)
+    #[arg(long, value_name = "NAME")]
+    pub name: Option<String>,
 }
 
 pub fn run(args: LogArgs, ctx: &Context) -> Result<Report, CommandError> {
     let roots = ctx.roots()?;
-    let project = active_project(ctx)?;
-    let name = SandboxName::for_project(&project.root);
+    let (name, _) = resolve_name(ctx, args.name.as_deref())?;
     let Some(path) = recorded_log(&roots, &name)? else {
         return Ok(nothing(
             &name,
             None,
-            "this project's sandbox has not been created, so there is no audit log",
+            "this sandbox has not been created, so there is no audit log",
         ));
     };
     if args.follow {

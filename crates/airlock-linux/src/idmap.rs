@@ -175,8 +175,9 @@ pub fn plan(host: &HostIds) -> IdPlan {
     };
     let (Some(su), Some(sg)) = (host.subuid, host.subgid) else {
         return single(format!(
-            "user {} has no subordinate id range in /etc/subuid and /etc/subgid \
-             (add one, e.g. `usermod --add-subuids 100000-165535 --add-subgids 100000-165535 {}`)",
+            "user {} has no subordinate id range in /etc/subuid and /etc/subgid (add one that \
+             overlaps no other user's, e.g. `usermod --add-subuids 200000-265535 \
+             --add-subgids 200000-265535 {}`)",
             host.user_name, host.user_name
         ));
     };

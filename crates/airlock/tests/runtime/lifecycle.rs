@@ -302,3 +302,41 @@ both! {
         assert!(!stderr.contains("error["), "{stderr}");
     }
 }
+
+both! {
+    /// A start that fails half-way (here: the image path cannot be an overlay layer, detected
+    /// while building the root filesystem) reports the stage, exits 69 and leaves no runtime
+    /// directory, cgroup, mount or process behind.
+    fn nothing_is_left_behind_after_a_failed_start(rt) {
+        let image = rt.env.dir("img,with-comma");
+        rt.env.write_user_config(&format!("image = \"{}\"\n", image.display()));
+        if let crate::runtime::harness::As::Unprivileged { uid, gid } = rt.who {
+            let st = std::process::Command::new("chown")
+                .args(["-R", &format!("{uid}:{gid}")])
+                .arg(rt.env.root())
+                .status()
+                .unwrap();
+            assert!(st.success());
+        }
+        let spawned = rt
+            .command(&rt.project, &["run", "--", "true"])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let airlock_pid = spawned.id();
+        let child = spawned.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&child.stderr);
+        assert_eq!(child.status.code(), Some(69), "{stderr}");
+        assert!(stderr.contains("overlay"), "{stderr}");
+        let left: Vec<_> = std::fs::read_dir(rt.sandboxes_dir())
+            .map(|d| d.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default();
+        assert!(left.is_empty(), "runtime directories left: {left:?}");
+        assert!(host_mounts_mentioning(&rt.env.runtime_dir).is_empty());
+        assert!(processes_with(&rt.env.runtime_dir.to_string_lossy()).is_empty());
+        let prefix = format!("run-{airlock_pid}-");
+        assert!(cgroups_named(&prefix).is_empty(), "{:?}", cgroups_named(&prefix));
+    }
+}

@@ -16,12 +16,13 @@
 
 mod value;
 
-use airlock_config::policy::HostPattern;
+use airlock_config::policy::{HostMatch, HostPattern};
 use airlock_config::Roots;
 use airlock_secrets::{HeaderTemplate, SecretError, SecretInfo, SecretName, SecretStore};
 use clap::{Args, Subcommand};
 
-use super::policy::{not_live_note, running_sandboxes};
+use super::policy::{current_network, not_live_note, running_sandboxes};
+use super::project::discover_project;
 use super::Report;
 use crate::context::Context;
 use crate::error::{CommandError, ErrorKind};
@@ -121,8 +122,37 @@ fn set(args: SetArgs, ctx: &Context) -> Result<Report, CommandError> {
         doc,
         serde_json::json!({ "secret": info, "replaced": replaced }),
     );
+    report.notes.extend(unreachable_hosts(ctx, &roots, &hosts));
     finish(&mut report, &roots);
     Ok(report)
+}
+
+/// Warnings for bound exact hosts the effective policy denies: the proxy would never send the
+/// secret there, which is safe but surely not what the user meant.
+fn unreachable_hosts(ctx: &Context, roots: &Roots, hosts: &[HostPattern]) -> Vec<String> {
+    let Ok(project) = discover_project(ctx) else {
+        return Vec::new();
+    };
+    let Ok(net) = current_network(roots, project, &mut Vec::new()) else {
+        return Vec::new();
+    };
+    let policy = net.policy();
+    hosts
+        .iter()
+        .filter_map(|h| {
+            let HostMatch::Exact(host) = h.host() else {
+                return None;
+            };
+            let port = h.port().unwrap_or(443);
+            (!policy.decide(host, port).allowed).then(|| {
+                format!(
+                    "warning: the network policy denies {host}:{port}, so this secret is never \
+                     sent there; `{}` allows it",
+                    airlock_config::policy::allow_command(host, port)
+                )
+            })
+        })
+        .collect()
 }
 
 fn ls(ctx: &Context) -> Result<Report, CommandError> {

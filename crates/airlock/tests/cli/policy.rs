@@ -409,3 +409,38 @@ fn log_follow_prints_entries_appended_later() {
     child.kill().unwrap();
     child.wait().unwrap();
 }
+
+#[test]
+fn concurrent_edits_of_the_user_config_lose_no_rule() {
+    let env = TestEnv::new();
+    env.write_user_config(COMMENTED);
+    let children: Vec<_> = (0..8)
+        .map(|i| {
+            env.command(
+                &env.home,
+                &["policy", "allow", &format!("h{i}.example.com")],
+            )
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+        })
+        .collect();
+    for child in children {
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let text = user_config(&env);
+    for i in 0..8 {
+        assert!(
+            text.contains(&format!("\"h{i}.example.com\"")),
+            "h{i} lost:\n{text}"
+        );
+    }
+    assert!(text.contains("# why: the company mirror"), "{text}");
+}

@@ -325,3 +325,31 @@ fn ctrl_c_at_the_hidden_prompt_restores_echo_and_exits_130() {
     assert!(echo_is_on(&shown), "echo stayed off after Ctrl+C:\n{shown}");
     assert!(!secrets_dir(&env).join("TOK.json").exists());
 }
+
+#[test]
+fn binding_a_secret_to_a_denied_host_warns_with_the_allow_command() {
+    let env = TestEnv::new();
+    env.write_user_config("[network]\npreset = \"none\"\nallow = [\"ok.example.com\"]\n");
+    let run = run_with_stdin(
+        &env,
+        &env.home,
+        &[
+            "secret",
+            "set",
+            "TOK",
+            "--host",
+            "ok.example.com,blocked.example.com",
+        ],
+        VALUE.as_bytes(),
+    );
+    run.assert_code(0);
+    assert!(
+        run.stderr.contains("denies blocked.example.com:443")
+            && run
+                .stderr
+                .contains("airlock policy allow blocked.example.com"),
+        "{}",
+        run.stderr
+    );
+    assert!(!run.stderr.contains("ok.example.com:443"), "{}", run.stderr);
+}

@@ -245,10 +245,25 @@ impl Tunnel {
             Ok(leaf) => server_config(leaf),
             Err(e) => {
                 tracing::error!(error = %e, %host, "cannot intercept: no certificate");
-                return;
+                None
             }
         };
-        let Some(config) = config else { return };
+        let Some(config) = config else {
+            // The connection closes without a handshake; the audit says why.
+            let mut entry = self.start.entry(
+                &host,
+                self.target.port,
+                Verdict::Allow,
+                self.target.rule.clone(),
+                502,
+            );
+            entry.mode = Mode::Intercept;
+            entry
+                .warnings
+                .push("the interception CA is unavailable; see the proxy's error log".to_owned());
+            self.shared.audit.append(&entry);
+            return;
+        };
         let tls = match tokio_rustls::TlsAcceptor::from(config).accept(client).await {
             Ok(s) => s,
             Err(e) => {

@@ -160,3 +160,44 @@ async fn concurrent_first_use_agrees_on_one_ca() {
     let on_disk = std::fs::read_to_string(dir.join("ca.pem")).unwrap();
     assert!(pems.iter().all(|p| *p == on_disk));
 }
+
+#[tokio::test]
+async fn requests_reusing_one_intercepted_connection_each_get_the_value() {
+    let (w, port) = https_world(true).await;
+    let ph = w.set_secret("TOKEN", &[&format!("{API}:{port}")], None, allow(port));
+    let airlock_ca = w.proxy.ca().unwrap().cert_pem().to_owned();
+    let (_, stream) = connect(w.addr, &format!("{API}:{port}")).await;
+    let name = rustls::pki_types::ServerName::try_from(API).unwrap();
+    let tls = tokio_rustls::TlsConnector::from(client_tls(&[&airlock_ca]))
+        .connect(name, stream.unwrap())
+        .await
+        .unwrap();
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    for i in 0..3 {
+        sender.ready().await.unwrap();
+        let req = hyper::Request::get(format!("/n{i}"))
+            .header("host", format!("{API}:{port}"))
+            .header("x-api-key", &ph)
+            .body(http_body_util::Full::new(bytes::Bytes::new()))
+            .unwrap();
+        let resp = sender.send_request(req).await.unwrap();
+        let body = http_body_util::BodyExt::collect(resp.into_body())
+            .await
+            .unwrap()
+            .to_bytes();
+        let body = String::from_utf8_lossy(&body);
+        assert!(body.contains(&format!("uri=/n{i}\n")), "{body}");
+        assert!(
+            body.contains(&format!("h:x-api-key={SECRET_VALUE}\n")),
+            "{body}"
+        );
+    }
+    let audit = w.audit(3).await;
+    assert!(audit
+        .iter()
+        .all(|e| e.mode == Mode::Intercept && e.secrets == ["TOKEN"]));
+}

@@ -36,6 +36,25 @@ fn id_of(flag: &str) -> Option<u32> {
     String::from_utf8_lossy(&out.stdout).trim().parse().ok()
 }
 
+/// The test user must be able to execute the binary: every ancestor directory searchable and
+/// the file itself readable and executable by others (scripts/test arranges this).
+fn assert_reachable_by_others(binary: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: &Path| std::fs::metadata(p).map(|m| m.permissions().mode()).unwrap_or(0);
+    assert!(
+        mode(binary) & 0o005 == 0o005,
+        "{} is not readable and executable by {TEST_USER}: run scripts/test as root",
+        binary.display()
+    );
+    for dir in binary.ancestors().skip(1) {
+        assert!(
+            mode(dir) & 0o001 != 0,
+            "{} is not searchable by {TEST_USER}: run scripts/test as root",
+            dir.display()
+        );
+    }
+}
+
 pub fn current_uid() -> u32 {
     std::fs::metadata("/proc/self")
         .map(|m| m.uid())
@@ -55,6 +74,10 @@ impl Rt {
             return None;
         }
         if current_uid() != 0 {
+            eprintln!(
+                "the suite runs as uid {} already: its invoker runs are the unprivileged runs",
+                current_uid()
+            );
             return None;
         }
         let (Some(uid), Some(gid)) = (id_of("-u"), id_of("-g")) else {
@@ -63,6 +86,7 @@ impl Rt {
                  (or scripts/setup-test-user), or set {OPT_OUT}=1 to skip these runs explicitly"
             );
         };
+        assert_reachable_by_others(Path::new(AIRLOCK));
         Some(Self::build(As::Unprivileged { uid, gid }))
     }
 

@@ -324,22 +324,58 @@ fn add(list: &mut Array, pattern: &HostPattern) -> bool {
         return false;
     }
     // Follow the array's layout: one element per line when the last one starts a line.
-    let prefix = list
+    let indent = list
         .iter()
         .last()
         .and_then(|v| v.decor().prefix())
         .and_then(|p| p.as_str())
+        // Only the indentation: a comment in the prefix is the user's note on that element.
         .and_then(|p| p.rsplit_once('\n'))
-        // Only the line break and the indentation: a comment in the prefix is the user's
-        // note on the previous element.
-        .map(|(_, indent)| format!("\n{indent}"));
-    let first = list.is_empty();
+        .map(|(_, indent)| indent.to_owned());
     let mut value = Value::from(pattern.to_string());
-    match prefix {
-        Some(p) => value.decor_mut().set_prefix(p),
-        None if first => value.decor_mut().set_prefix(""),
-        None => value.decor_mut().set_prefix(" "),
+    let prefix = match indent {
+        Some(indent) => {
+            // A comment after the last element (`"a", # why`) sits before `]`; it stays on
+            // that element's line and the new element starts the next one.
+            let trailing = list.trailing().as_str().unwrap_or("").to_owned();
+            let (head, tail) = match trailing.rsplit_once('\n') {
+                Some((head, tail)) => (format!("{head}\n"), tail.to_owned()),
+                None => ("\n".to_owned(), trailing),
+            };
+            list.set_trailing(format!("\n{tail}"));
+            format!("{head}{indent}")
+        }
+        None if list.is_empty() => String::new(),
+        None => " ".to_owned(),
+    };
+    // The last element's own suffix (`"a" # why` without a comma) would swallow the comma.
+    if let Some(last) = list.iter_mut().last() {
+        let suffix = last.decor().suffix().and_then(|s| s.as_str()).unwrap_or("");
+        if suffix.contains('#') || suffix.contains('\n') {
+            return add_after_commented_suffix(list, value, prefix);
+        }
     }
+    value.decor_mut().set_prefix(prefix);
+    value.decor_mut().set_suffix("");
+    list.push_formatted(value);
+    true
+}
+
+/// [`add`] when the last element ends in a comment with no comma after it: the comment moves
+/// into the new element's prefix, after the comma toml_edit writes.
+fn add_after_commented_suffix(list: &mut Array, mut value: Value, prefix: String) -> bool {
+    let Some(last) = list.iter_mut().last() else {
+        return false;
+    };
+    let suffix = last
+        .decor()
+        .suffix()
+        .and_then(|s| s.as_str())
+        .unwrap_or("")
+        .to_owned();
+    last.decor_mut().set_suffix("");
+    let comment = suffix.trim_end_matches(['\n', ' ', '\t']);
+    value.decor_mut().set_prefix(format!("{comment}{prefix}"));
     value.decor_mut().set_suffix("");
     list.push_formatted(value);
     true
@@ -405,6 +441,29 @@ mod tests {
             out,
             "[network]\ndeny = [\n  \"a.example.com\", # first\n  \"b.example.com\",\n  \"c.example.com\",\n]\n"
         );
+    }
+
+    #[test]
+    fn a_comment_after_the_last_element_stays_with_it() {
+        let text = "[network]\nallow = [\n  \"a.example.com\", # note a\n]\n";
+        let (out, _) = edit(text, &[RuleChange::Add(Action::Allow, p("b.example.com"))]);
+        assert_eq!(
+            out,
+            "[network]\nallow = [\n  \"a.example.com\", # note a\n  \"b.example.com\",\n]\n"
+        );
+    }
+
+    #[test]
+    fn a_comment_on_a_last_element_without_comma_does_not_swallow_the_new_one() {
+        let text = "[network]\nallow = [\n  \"a.example.com\" # note a\n]\n";
+        let (out, _) = edit(text, &[RuleChange::Add(Action::Allow, p("b.example.com"))]);
+        let doc: toml::Table = toml::from_str(&out).unwrap();
+        assert_eq!(
+            doc["network"]["allow"],
+            toml::Value::Array(vec!["a.example.com".into(), "b.example.com".into()]),
+            "{out}"
+        );
+        assert!(out.contains("# note a"), "{out}");
     }
 
     #[test]

@@ -4,9 +4,10 @@
 //! `airlock_secrets::store`), shared by every project; a project config can never name one.
 //!
 //! `set NAME --host H[,H…] [--header TEMPLATE]`, in order: check the name, hosts and template
-//! (a usage error exits 2 before anything is read or created); open the store; read the value
-//! from stdin ([`value::read_value`]: echo off on a terminal, restored on every exit path; one
-//! trailing newline stripped; never from argv — there is no option for it); store it. Nothing
+//! (a usage error exits 2 before anything is read or created); read the value from stdin
+//! ([`value::read_value`]: echo off on a terminal, restored on every exit path; one trailing
+//! newline stripped; never from argv — there is no option for it); open the store (creating
+//! it) and store the value; the store refuses an empty value or one with CR, LF or NUL. Nothing
 //! airlock prints or returns contains the value: only the name, hosts, header name and
 //! placeholder.
 //!
@@ -97,9 +98,13 @@ fn set(args: SetArgs, ctx: &Context) -> Result<Report, CommandError> {
         HeaderTemplate::parse(t).map_err(SecretError::from)?;
     }
     let roots = ctx.roots()?;
-    let store = SecretStore::open(&roots.data)?;
-    let replaced = store.list()?.iter().any(|s| s.name == name.as_str());
+    // The value is checked (not empty, not too long, UTF-8) before the store is created.
     let secret = value::read_value(name.as_str(), ctx.stdin_is_terminal)?;
+    let store = SecretStore::open(&roots.data)?;
+    // Only decides the wording; a corrupt record elsewhere must not block this one.
+    let replaced = store
+        .list()
+        .is_ok_and(|all| all.iter().any(|s| s.name == name.as_str()));
     let info = store.set(name.as_str(), &hosts, args.header.as_deref(), secret)?;
     let mut doc = Doc::new();
     doc.heading(if replaced {

@@ -189,6 +189,10 @@ fn an_empty_value_is_refused_and_nothing_is_stored() {
         );
         run.assert_code(2);
         assert_eq!(run.json()["error"]["code"], "secret.bad_value");
+        assert!(
+            !secrets_dir(&env).exists(),
+            "an empty value created the store"
+        );
     }
     let v = env.run(&["secret", "ls", "--json"]).json();
     assert_eq!(v["secrets"], serde_json::json!([]));

@@ -11,7 +11,8 @@
 //! Either way: at most [`MAX_VALUE`] bytes, read unbuffered straight from fd 0 into one
 //! buffer that is zeroed when dropped (std's stdin buffer would keep a copy for the life of
 //! the process); exactly one trailing newline (`\n` or `\r\n`) stripped; the value must be
-//! UTF-8. Emptiness and header-safety are checked by the store (`SecretError::InvalidValue`).
+//! UTF-8 and not empty. Header-safety (no CR, LF, NUL) is checked by the store
+//! (`SecretError::InvalidValue`).
 
 use std::io::Write;
 
@@ -48,6 +49,14 @@ pub fn read_value(name: &str, is_terminal: bool) -> Result<Redacted<String>, Com
         .with_hint("pipe the value itself, not a file that contains more"));
     }
     let keep = strip_one_newline(&buf[..len]);
+    if keep == 0 {
+        return Err(CommandError::new(
+            ErrorKind::Usage,
+            "secret.bad_value",
+            format!("the value of {name} is empty; nothing was stored"),
+        )
+        .with_hint("pipe or type the value itself, on one line"));
+    }
     buf.truncate(keep);
     let mut bytes = std::mem::take(&mut *buf);
     match String::from_utf8(bytes) {

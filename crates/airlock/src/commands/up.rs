@@ -30,7 +30,7 @@ use super::plan::load_effective;
 use super::Report;
 use crate::context::Context;
 use crate::error::CommandError;
-use crate::output::Doc;
+use crate::output::{Doc, Style};
 
 #[derive(Args, Debug)]
 pub struct UpArgs {
@@ -53,7 +53,8 @@ const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 pub fn run(args: UpArgs, ctx: &Context) -> Result<Report, CommandError> {
     let t0 = Instant::now();
     let (name, project) = resolve_name(ctx, args.name.as_deref())?;
-    if !args.no_attach && !(ctx.stdin_is_terminal && ctx.stdout_is_terminal) {
+    let has_terminal = ctx.stdin_is_terminal && ctx.stdout_is_terminal;
+    if !args.no_attach && !has_terminal {
         return Err(CommandError::usage(
             "`up` attaches a shell, which needs a terminal on stdin and stdout",
         )
@@ -91,8 +92,31 @@ pub fn run(args: UpArgs, ctx: &Context) -> Result<Report, CommandError> {
     )
     .map_err(lifecycle_error)?;
     let total = ms(t0.elapsed());
-    let mut doc = Doc::new();
-    let epoch = outcome.record.epoch.display();
+    notes.extend(outcome_notes(&outcome));
+    let (lines, json) = summary(&name, &outcome, total);
+    if args.no_attach {
+        let mut doc = Doc::new();
+        for line in &lines {
+            doc.text(0, &[(Style::Plain, line)]);
+        }
+        let mut report = Report::new(doc, json);
+        report.notes = notes;
+        return Ok(report);
+    }
+    // Attaching takes over the terminal: say everything first.
+    for line in notes.iter().chain(lines.iter()) {
+        eprintln!("{}", crate::output::escape_untrusted(line));
+    }
+    cancel.stop();
+    let status = attach(&setup, &outcome.record)?;
+    let mut report = Report::new(Doc::new(), json);
+    report.status = Some(u8::try_from(status).unwrap_or(u8::MAX));
+    Ok(report)
+}
+
+/// Diagnostics about what `up` found and cleaned on its way.
+fn outcome_notes(outcome: &lifecycle::UpOutcome) -> Vec<String> {
+    let mut notes = Vec::new();
     if let Some(op) = &outcome.interrupted {
         notes.push(format!(
             "note: an earlier `{}` (pid {}) died during phase {}; it was marked interrupted",
@@ -107,16 +131,21 @@ pub fn run(args: UpArgs, ctx: &Context) -> Result<Report, CommandError> {
             super::lifecycle::human_bytes(freed.bytes)
         ));
     }
+    notes
+}
+
+/// The result lines (L3: one line of timings) and the JSON document.
+fn summary(
+    name: &airlock_core::names::SandboxName,
+    outcome: &lifecycle::UpOutcome,
+    total: u64,
+) -> (Vec<String>, serde_json::Value) {
+    let epoch = outcome.record.epoch.display();
     let verb = if outcome.reused { "reused" } else { "created" };
-    doc.text(
-        0,
-        &[(
-            crate::output::Style::Plain,
-            &format!("{verb} sandbox {name} (epoch {epoch})"),
-        )],
-    );
-    let line = format!("prepared in {total} ms, provisioned in 0 ms, total {total} ms");
-    doc.text(0, &[(crate::output::Style::Plain, &line)]);
+    let lines = vec![
+        format!("{verb} sandbox {name} (epoch {epoch})"),
+        format!("prepared in {total} ms, provisioned in 0 ms, total {total} ms"),
+    ];
     let json = serde_json::json!({
         "name": name.as_str(),
         "reused": outcome.reused,
@@ -129,14 +158,7 @@ pub fn run(args: UpArgs, ctx: &Context) -> Result<Report, CommandError> {
             "phases": outcome.operation.timings,
         },
     });
-    let mut report = Report::new(doc, json);
-    report.notes = notes;
-    if !args.no_attach {
-        cancel.stop();
-        let status = attach(&setup, &outcome.record)?;
-        report.status = Some(u8::try_from(status).unwrap_or(u8::MAX));
-    }
-    Ok(report)
+    (lines, json)
 }
 
 fn ms(d: Duration) -> u64 {

@@ -436,10 +436,7 @@ fn kill_all(
     loop {
         let mut any = false;
         for dir in dirs {
-            for pid in files::read_procs(dir)? {
-                any = true;
-                janitor::kill_if_member(pid, dir);
-            }
+            any |= janitor::kill_members(dir) > 0;
         }
         if !any {
             return Ok(());

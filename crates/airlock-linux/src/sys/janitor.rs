@@ -159,10 +159,7 @@ fn janitor_main(pipe: libc::c_int, targets: &[Target], grace_ns: i64) -> ! {
     loop {
         let mut any = false;
         for t in targets {
-            for_each_pid(&t.procs, |pid| {
-                any = true;
-                kill_checked(pid, &t.procs);
-            });
+            any |= kill_round(&t.procs) > 0;
         }
         if !any || monotonic_ns() >= deadline {
             break;
@@ -222,36 +219,61 @@ fn for_each_pid(procs: &CString, mut f: impl FnMut(u32)) {
     unsafe { libc::close(fd) };
 }
 
-/// SIGKILLs `pid` through a pidfd, only if it is still listed in `procs` after the pidfd was
-/// opened (so the pidfd cannot refer to an unrelated process that reused the pid).
-fn kill_checked(pid: u32, procs: &CString) {
-    // SAFETY: pidfd_open takes a pid and flags.
-    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
-    if pidfd < 0 {
-        return;
+/// Processes handled per round of [`kill_round`]: bounds the pidfds open at once (well below
+/// the usual 1024-descriptor soft limit) and the stack used.
+const KILL_BATCH: usize = 256;
+
+/// One round of SIGKILLs for the members listed in `procs`; returns how many were listed.
+///
+/// Reads the list, opens a pidfd for (up to [`KILL_BATCH`] of) them, reads the list again and
+/// signals through the pidfds of those still listed. A pid that exited and was reused between the
+/// two reads is not listed any more (or its pidfd refers to the exited process), so nothing
+/// outside the cgroup is ever signalled. Two reads per round keep a cgroup of thousands of
+/// processes (a fork bomb at `pids.max`) linear to clean up. Allocation-free (janitor-safe).
+fn kill_round(procs: &CString) -> usize {
+    let mut batch = [(0i32, -1i32); KILL_BATCH];
+    let (mut n, mut listed) = (0usize, 0usize);
+    for_each_pid(procs, |pid| {
+        listed += 1;
+        if n < KILL_BATCH {
+            // SAFETY: pidfd_open takes a pid and flags.
+            let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+            if fd >= 0 {
+                batch[n] = (pid as i32, fd as i32);
+                n += 1;
+            }
+        }
+    });
+    let opened = &mut batch[..n];
+    opened.sort_unstable();
+    for_each_pid(procs, |pid| {
+        if let Ok(i) = opened.binary_search_by_key(&(pid as i32), |&(p, _)| p) {
+            if opened[i].1 >= 0 {
+                // SAFETY: the descriptor is a pidfd we own; a null siginfo is allowed.
+                unsafe {
+                    libc::syscall(
+                        libc::SYS_pidfd_send_signal,
+                        opened[i].1,
+                        libc::SIGKILL,
+                        std::ptr::null::<libc::siginfo_t>(),
+                        0,
+                    )
+                };
+            }
+        }
+    });
+    for &(_, fd) in opened.iter() {
+        // SAFETY: each pidfd was opened above and is closed exactly once.
+        unsafe { libc::close(fd) };
     }
-    let mut listed = false;
-    for_each_pid(procs, |p| listed |= p == pid);
-    if listed {
-        // SAFETY: `pidfd` is a pidfd we own; null siginfo is allowed.
-        unsafe {
-            libc::syscall(
-                libc::SYS_pidfd_send_signal,
-                pidfd as libc::c_int,
-                libc::SIGKILL,
-                std::ptr::null::<libc::siginfo_t>(),
-                0,
-            )
-        };
-    }
-    // SAFETY: `pidfd` is open and closed once.
-    unsafe { libc::close(pidfd as libc::c_int) };
+    listed
 }
 
-/// SIGKILLs `pid` if it is still a member of the cgroup `dir` (pidfd-checked as above).
-/// For use outside the janitor (`Cgroup::destroy`).
-pub fn kill_if_member(pid: u32, dir: &Path) {
-    if let Ok(procs) = cpath(&dir.join("cgroup.procs")) {
-        kill_checked(pid, &procs);
+/// One round of pidfd-checked SIGKILLs for the members of the cgroup `dir` (see
+/// [`kill_round`]); returns how many processes were listed. For `Cgroup::destroy`.
+pub fn kill_members(dir: &Path) -> usize {
+    match cpath(&dir.join("cgroup.procs")) {
+        Ok(procs) => kill_round(&procs),
+        Err(_) => 0,
     }
 }

@@ -131,8 +131,11 @@ fn discard<B: Backend>(
     grace: Duration,
     health: Health,
 ) -> Result<Freed, LifecycleError> {
+    // Measured before stopping: the writable layer may vanish with the sandbox's processes.
+    let used = backend.inspect(&rec.data).disk_bytes.unwrap_or(0);
     let stop = backend.stop(&rec.data, grace)?;
-    let freed = backend.remove(&rec.data)?;
+    let mut freed = backend.remove(&rec.data)?;
+    freed.bytes = freed.bytes.max(used);
     let mut left: Vec<String> = stop.unmanaged.clone();
     left.extend(
         freed

@@ -165,6 +165,32 @@ fn settled_identity(pid: u32) -> Result<ProcessIdentity, ownership::OwnershipErr
     }
 }
 
+fn cgroup_name(record: &SandboxRecord) -> String {
+    let data = data_of(record);
+    if data.cgroup_name.is_empty() {
+        record.epoch.instance.clone()
+    } else {
+        data.cgroup_name
+    }
+}
+
+/// Size of the sandbox's writable layer (R4). The overlay upper layer lives on a tmpfs inside
+/// the sandbox's mount namespace, which the host cannot walk; its pages are charged to the
+/// sandbox's memory cgroup as `shmem`, so that counter measures it (with any other tmpfs the
+/// sandbox wrote to, e.g. `/tmp`, `/dev/shm`).
+fn writable_layer_bytes(cgroup: &str) -> Option<u64> {
+    cgroup_dirs(cgroup).into_iter().find_map(|dir| {
+        let text = fs::read_to_string(dir.join("memory.stat")).ok()?;
+        // v1 reports the hierarchy total as `total_shmem`; v2 (and v1's local figure) `shmem`.
+        ["total_shmem", "shmem"].iter().find_map(|key| {
+            text.lines().find_map(|line| {
+                let (k, v) = line.split_once(' ')?;
+                (k == *key).then(|| v.trim().parse().ok()).flatten()
+            })
+        })
+    })
+}
+
 /// The cgroup directories of a sandbox, in every hierarchy this host uses.
 fn cgroup_dirs(name: &str) -> Vec<PathBuf> {
     use airlock_linux::cgroup::{base_dirs, Layout, PARENT_DIR};
@@ -248,10 +274,11 @@ impl Backend for LinuxBackend {
         let live = |id: Option<&ProcessIdentity>| id.map_or(Liveness::Gone, check_process);
         let runtime = ownership::disk_usage(&record.paths.runtime_dir);
         let state = ownership::disk_usage(&record.paths.state_dir);
+        let layer = writable_layer_bytes(&cgroup_name(record)).unwrap_or(0);
         Inspection {
             owner: live(record.keeper.as_ref()),
             guest: live(record.guest.as_ref()),
-            disk_bytes: Some(runtime + state),
+            disk_bytes: Some(runtime + state + layer),
             exit_note: fs::read_to_string(record.paths.state_dir.join(EXIT_NOTE))
                 .ok()
                 .map(|s| s.trim().to_owned()),
@@ -296,11 +323,7 @@ impl Backend for LinuxBackend {
             }
         }
         // The keeper's janitor removes the cgroup once the keeper is gone; wait for it (bounded).
-        let name = if data.cgroup_name.is_empty() {
-            record.epoch.instance.clone()
-        } else {
-            data.cgroup_name.clone()
-        };
+        let name = cgroup_name(record);
         let deadline = Instant::now() + Duration::from_secs(5);
         while cgroup_dirs(&name).iter().any(|d| d.exists()) && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(10));
@@ -326,12 +349,7 @@ impl Backend for LinuxBackend {
             }
         }
         let _ = airlock_linux::cgroup::sweep_stale();
-        let data = data_of(record);
-        let name = if data.cgroup_name.is_empty() {
-            record.epoch.instance.clone()
-        } else {
-            data.cgroup_name
-        };
+        let name = cgroup_name(record);
         for dir in cgroup_dirs(&name).into_iter().filter(|d| d.exists()) {
             freed.left.push((
                 dir,

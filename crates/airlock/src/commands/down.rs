@@ -6,7 +6,7 @@
 use airlock_core::lifecycle::{self, Health};
 use clap::Args;
 
-use super::lifecycle::{human_bytes, lifecycle_error, resolve_name, setup, LOCK_WAIT};
+use super::lifecycle::{human_bytes, lifecycle_error, lock_wait, resolve_name, setup};
 use super::Report;
 use crate::context::Context;
 use crate::error::CommandError;
@@ -22,7 +22,7 @@ pub struct DownArgs {
 pub fn run(args: DownArgs, ctx: &Context) -> Result<Report, CommandError> {
     let (name, _) = resolve_name(ctx, args.name.as_deref())?;
     let setup = setup(ctx, true)?;
-    let out = lifecycle::down(&setup.stores, &setup.backend, &name, LOCK_WAIT)
+    let out = lifecycle::down(&setup.stores, &setup.backend, &name, lock_wait())
         .map_err(lifecycle_error)?;
     let mut doc = Doc::new();
     let line = match out.was {

@@ -10,9 +10,10 @@
 //! 4. One line of timings (L3), then attach: until sessions exist, an interactive login shell
 //!    through the same path as `exec -t`.
 //!
-//! Test hook: in debug builds only, `AIRLOCK_TEST_CRASH_AT=<phase>` aborts the process when
-//! that phase starts, to test crash recovery (L8). Release builds never read it; aborting
-//! airlock is something any user can do with `kill -9` anyway, so it grants nothing.
+//! Test hooks, in debug builds only: `AIRLOCK_TEST_CRASH_AT=<phase>` aborts the process when
+//! that phase starts, to test crash recovery (L8); `AIRLOCK_TEST_PAUSE_AT=<phase>` sleeps 3 s
+//! there, so a test can press Ctrl+C mid-phase (L7). Release builds never read them; aborting
+//! or slowing airlock is something any user can do with `kill` anyway, so they grant nothing.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -25,7 +26,7 @@ use airlock_protocol::{ExecRequest, ExecUser, Key};
 use clap::Args;
 use nix::sys::signal::{SigSet, Signal};
 
-use super::lifecycle::{lifecycle_error, parse_duration, resolve_name, setup, LOCK_WAIT};
+use super::lifecycle::{lifecycle_error, parse_duration, resolve_name, setup};
 use super::plan::load_effective;
 use super::Report;
 use crate::context::Context;
@@ -78,7 +79,7 @@ pub fn run(args: UpArgs, ctx: &Context) -> Result<Report, CommandError> {
         plan,
         spec,
         paths: setup.paths(&name),
-        lock_wait: LOCK_WAIT,
+        lock_wait: super::lifecycle::lock_wait(),
         timeout: args.timeout.unwrap_or(DEFAULT_TIMEOUT),
     };
     let flag = Arc::clone(&cancel.flag);
@@ -92,6 +93,15 @@ pub fn run(args: UpArgs, ctx: &Context) -> Result<Report, CommandError> {
     )
     .map_err(lifecycle_error)?;
     let total = ms(t0.elapsed());
+    if cancel.flag.load(Ordering::SeqCst) {
+        // L7: Ctrl+C came after the sandbox was ready; keep it and say so.
+        return Err(CommandError::new(
+            crate::error::ErrorKind::Interrupted,
+            "lifecycle.cancelled",
+            format!("cancelled; sandbox {name} was already ready and is kept"),
+        )
+        .with_hint("run `airlock up` to attach to it, or `airlock down` to remove it"));
+    }
     notes.extend(outcome_notes(&outcome));
     let (lines, json) = summary(&name, &outcome, total);
     if args.no_attach {
@@ -235,6 +245,10 @@ impl Observer for CrashPoints {
         #[cfg(debug_assertions)]
         if std::env::var("AIRLOCK_TEST_CRASH_AT").is_ok_and(|p| p == phase) {
             std::process::abort();
+        }
+        #[cfg(debug_assertions)]
+        if std::env::var("AIRLOCK_TEST_PAUSE_AT").is_ok_and(|p| p == phase) {
+            std::thread::sleep(Duration::from_secs(3));
         }
         #[cfg(not(debug_assertions))]
         let _ = phase;

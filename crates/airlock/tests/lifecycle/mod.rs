@@ -4,9 +4,11 @@
 //! leaks a sandbox. No assertion depends on wall-clock speed: waits are bounded polls.
 
 mod crash;
+mod interrupt;
 mod names;
 mod reuse;
 mod teardown;
+mod unprivileged;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

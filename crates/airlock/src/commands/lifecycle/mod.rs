@@ -23,6 +23,19 @@ use crate::error::{CommandError, ErrorKind};
 /// How long a mutating command waits for another one holding the sandbox's lock (L8).
 pub const LOCK_WAIT: Duration = Duration::from_secs(30);
 
+/// [`LOCK_WAIT`]; debug builds let tests shorten it with `AIRLOCK_TEST_LOCK_WAIT_MS` (release
+/// builds never read it).
+pub fn lock_wait() -> Duration {
+    #[cfg(debug_assertions)]
+    if let Some(ms) = std::env::var("AIRLOCK_TEST_LOCK_WAIT_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        return Duration::from_millis(ms);
+    }
+    LOCK_WAIT
+}
+
 /// Parses `--name`, or derives the active project's name. Usage error (exit 2) for a bad name.
 pub fn resolve_name(
     ctx: &Context,

@@ -50,10 +50,16 @@ pub(super) fn mount_dev(root: &Path) -> Result<(), RootfsError> {
         Some("mode=0755"),
         "tmpfs",
     )?;
+    // The nodes are the host's own inodes: a read-only bind keeps them usable (opening a device
+    // for writing is not a write to the filesystem) while chmod/chown/utimes on them fail with
+    // EROFS. Without it, a root invoker's sandbox user (host root on disk) could chmod the host's
+    // /dev/null.
+    let ro = MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC;
     for name in DEVICES {
         let target = dev.join(name);
         write_file(&target, b"", 0o666)?;
         bind(&Path::new("/dev").join(name), &target)?;
+        remount_bind(&target, ro)?;
     }
     let pts = dev.join("pts");
     mkdir(&pts, 0o755)?;
@@ -91,7 +97,9 @@ pub(super) fn mount_proc(root: &Path) -> Result<(), RootfsError> {
     for name in PROC_MASKED_FILES {
         let path = proc_dir.join(name);
         if fs::symlink_metadata(&path).is_ok() {
+            // Read-only for the same reason as the device nodes: it is the host's /dev/null.
             bind(&null, &path)?;
+            remount_bind(&path, MsFlags::MS_RDONLY | flags)?;
         }
     }
     for name in PROC_MASKED_DIRS {

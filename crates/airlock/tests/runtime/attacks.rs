@@ -191,3 +191,23 @@ both! {
         assert_eq!(&head, b"\x7fELF");
     }
 }
+
+both! {
+    /// The device nodes in /dev (and the /dev/null masks in /proc) are the host's own inodes:
+    /// changing their mode, owner or times from inside must fail (for a root invoker the sandbox
+    /// user owns them on disk), while they stay usable. The attempted changes are no-ops, so the
+    /// host is unharmed even if the guarantee were missing.
+    fn host_device_nodes_cannot_be_modified(rt) {
+        let script = "for f in /dev/null /dev/zero /dev/tty /dev/urandom /proc/keys; do \
+                        chmod 666 $f 2>/dev/null && echo chmod-ok $f; \
+                        touch -r $f $f 2>/dev/null && echo touch-ok $f; \
+                      done; chown 0:0 /dev/null 2>/dev/null && echo chown-ok; \
+                      echo x > /dev/null && head -c 3 /dev/zero | wc -c";
+        for opts in [&[][..], rt.most_privileged()] {
+            let run = rt.sh(opts, script);
+            let out = ok(&run);
+            assert!(!out.contains("-ok"), "host device node changed with {opts:?}: {out}");
+            assert_eq!(out.trim(), "3", "devices unusable: {run:?}");
+        }
+    }
+}

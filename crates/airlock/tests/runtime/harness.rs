@@ -40,7 +40,11 @@ fn id_of(flag: &str) -> Option<u32> {
 /// the file itself readable and executable by others (scripts/test arranges this).
 fn assert_reachable_by_others(binary: &Path) {
     use std::os::unix::fs::PermissionsExt;
-    let mode = |p: &Path| std::fs::metadata(p).map(|m| m.permissions().mode()).unwrap_or(0);
+    let mode = |p: &Path| {
+        std::fs::metadata(p)
+            .map(|m| m.permissions().mode())
+            .unwrap_or(0)
+    };
     assert!(
         mode(binary) & 0o005 == 0o005,
         "{} is not readable and executable by {TEST_USER}: run scripts/test as root",

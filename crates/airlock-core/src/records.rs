@@ -25,6 +25,28 @@ pub fn now_ms() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
+/// `YYYY-MM-DDTHH:MM:SSZ` for milliseconds since the Unix epoch (UTC, proleptic Gregorian).
+pub fn utc_text(ms: u64) -> String {
+    let secs = ms / 1000;
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Civil from days (H. Hinnant, "chrono-Compatible Low-Level Date Algorithms").
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
 /// A process as proven by three facts (PRODUCT R2): pid, kernel start time (clock ticks since
 /// boot, `/proc/PID/stat` field 22) and command line. A recycled pid has another start time.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -169,4 +191,16 @@ pub struct OperationRecord {
     pub timings: BTreeMap<String, u64>,
     /// The airlock process running it.
     pub process: ProcessIdentity,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::utc_text;
+
+    #[test]
+    fn utc_text_formats_known_instants() {
+        assert_eq!(utc_text(0), "1970-01-01T00:00:00Z");
+        assert_eq!(utc_text(951_782_400_000), "2000-02-29T00:00:00Z");
+        assert_eq!(utc_text(1_795_979_176_989), "2026-11-29T19:06:16Z");
+    }
 }

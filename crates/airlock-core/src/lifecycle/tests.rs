@@ -60,3 +60,351 @@ fn added_removed_mounts_and_limits_each_count() {
 fn no_record_is_absent() {
     assert_eq!(assess(None, None, None), Health::Absent);
 }
+
+// ---- T1: the orchestration against a fake backend (no processes are started). ----
+
+use std::cell::{Cell, RefCell};
+use std::time::{Duration, Instant};
+
+use crate::backend::{
+    Backend, BackendError, Channel, Freed, Inspection, Ready, Starting, StopReport,
+};
+use crate::names::SandboxName;
+use crate::ownership::{process_identity, Liveness};
+use crate::records::{ProcessIdentity, SandboxPaths};
+
+/// What the fake's wait does.
+#[derive(Clone, Copy, PartialEq)]
+enum WaitOutcome {
+    Ready,
+    Fail,
+    Cancel,
+}
+
+struct Fake {
+    /// Whether the "sandbox" runs (inspect proves this test process as owner and guest).
+    running: Cell<bool>,
+    wait: Cell<WaitOutcome>,
+    /// Paths `remove` cannot prove are ours.
+    left: RefCell<Vec<(PathBuf, String)>>,
+    calls: RefCell<Vec<&'static str>>,
+}
+
+impl Fake {
+    fn new() -> Fake {
+        Fake {
+            running: Cell::new(false),
+            wait: Cell::new(WaitOutcome::Ready),
+            left: RefCell::new(Vec::new()),
+            calls: RefCell::new(Vec::new()),
+        }
+    }
+}
+
+fn me() -> ProcessIdentity {
+    process_identity(std::process::id()).unwrap()
+}
+
+/// An identity no live process has.
+fn dead() -> ProcessIdentity {
+    ProcessIdentity {
+        pid: u32::MAX - 1,
+        start_time: 1,
+        cmdline: vec!["gone".into()],
+    }
+}
+
+struct FakeStarting<'a> {
+    fake: &'a Fake,
+    owner: ProcessIdentity,
+}
+
+impl Starting for FakeStarting<'_> {
+    fn owner(&self) -> &ProcessIdentity {
+        &self.owner
+    }
+    fn wait(&mut self, _: Instant, _: &dyn Fn() -> bool) -> Result<Ready, BackendError> {
+        match self.fake.wait.get() {
+            WaitOutcome::Ready => {
+                self.fake.running.set(true);
+                Ok(Ready {
+                    guest: me(),
+                    backend_data: serde_json::json!({"fake": true}),
+                    timings: vec![("backend.boot".into(), 1)],
+                })
+            }
+            WaitOutcome::Fail => Err(BackendError::Failed {
+                what: "boot".into(),
+                detail: "the fake refused".into(),
+            }),
+            WaitOutcome::Cancel => Err(BackendError::Cancelled {
+                while_doing: "waiting",
+            }),
+        }
+    }
+}
+
+impl Backend for Fake {
+    type Spec = ();
+    fn name(&self) -> &'static str {
+        "fake"
+    }
+    fn prepare(&self, _: &SandboxRecord, _: &()) -> Result<(), BackendError> {
+        self.calls.borrow_mut().push("prepare");
+        Ok(())
+    }
+    fn start(&self, _: &SandboxRecord) -> Result<Box<dyn Starting + '_>, BackendError> {
+        self.calls.borrow_mut().push("start");
+        Ok(Box::new(FakeStarting {
+            fake: self,
+            owner: me(),
+        }))
+    }
+    fn inspect(&self, _: &SandboxRecord) -> Inspection {
+        let l = if self.running.get() {
+            Liveness::Ours
+        } else {
+            Liveness::Gone
+        };
+        Inspection {
+            owner: l.clone(),
+            guest: l,
+            disk_bytes: Some(4096),
+            exit_note: None,
+        }
+    }
+    fn stop(&self, _: &SandboxRecord, _: Duration) -> Result<StopReport, BackendError> {
+        self.calls.borrow_mut().push("stop");
+        self.running.set(false);
+        Ok(StopReport::default())
+    }
+    fn remove(&self, _: &SandboxRecord) -> Result<Freed, BackendError> {
+        self.calls.borrow_mut().push("remove");
+        Ok(Freed {
+            removed: vec![],
+            bytes: 10,
+            left: self.left.borrow().clone(),
+        })
+    }
+    fn connect(&self, _: &SandboxRecord) -> Result<Channel, BackendError> {
+        unreachable!("not used by the orchestration")
+    }
+    fn orphans(&self, _: &[&SandboxRecord]) -> Vec<(PathBuf, Option<String>)> {
+        vec![(PathBuf::from("/x/stray"), None)]
+    }
+}
+
+struct NoObserver;
+impl Observer for NoObserver {
+    fn phase(&mut self, _: &str) {}
+}
+
+struct World {
+    _tmp: tempfile::TempDir,
+    stores: Stores,
+    name: SandboxName,
+}
+
+fn world() -> World {
+    let tmp = tempfile::tempdir().unwrap();
+    let stores = Stores::open(tmp.path()).unwrap();
+    World {
+        _tmp: tmp,
+        stores,
+        name: SandboxName::parse("proj-1").unwrap(),
+    }
+}
+
+fn request(w: &World, plan: PlanSummary) -> UpRequest<()> {
+    UpRequest {
+        name: w.name.clone(),
+        project_root: "/p".into(),
+        plan,
+        spec: (),
+        paths: SandboxPaths {
+            state_dir: "/s".into(),
+            runtime_dir: "/r".into(),
+        },
+        lock_wait: Duration::from_secs(1),
+        timeout: Duration::from_secs(1),
+    }
+}
+
+fn up_with(w: &World, fake: &Fake, plan: PlanSummary) -> Result<UpOutcome, LifecycleError> {
+    up(&w.stores, fake, request(w, plan), &mut NoObserver, &|| {
+        false
+    })
+}
+
+#[test]
+fn up_records_ready_with_owner_and_guest_then_reuses_with_the_same_epoch() {
+    let w = world();
+    let fake = Fake::new();
+    let first = up_with(&w, &fake, plan()).unwrap();
+    assert!(!first.reused);
+    let rec = w.stores.record(&w.name).unwrap().unwrap().data;
+    assert_eq!(rec.phase, crate::records::Phase::Ready);
+    assert_eq!(rec.keeper, Some(me()));
+    assert_eq!(rec.backend, "fake");
+    assert!(first.operation.timings.contains_key("backend.boot"));
+    let second = up_with(&w, &fake, plan()).unwrap();
+    assert!(second.reused);
+    assert_eq!(second.record.epoch, first.record.epoch);
+    assert_eq!(*fake.calls.borrow(), ["prepare", "start"]);
+    let st = status(&w.stores, &fake, &w.name).unwrap();
+    assert_eq!(st.health, Health::Ready);
+}
+
+#[test]
+fn a_failed_start_is_rolled_back_and_leaves_no_record() {
+    let w = world();
+    let fake = Fake::new();
+    fake.wait.set(WaitOutcome::Fail);
+    let err = up_with(&w, &fake, plan()).unwrap_err();
+    assert!(matches!(err, LifecycleError::Backend(_)), "{err}");
+    assert!(w.stores.record(&w.name).unwrap().is_none());
+    assert_eq!(*fake.calls.borrow(), ["prepare", "start", "stop", "remove"]);
+    let op = w.stores.operation(&w.name).unwrap().unwrap().data;
+    assert!(matches!(op.result, OperationResult::Failed { .. }));
+    assert_eq!(op.phase, "rollback");
+}
+
+#[test]
+fn a_cancelled_start_is_rolled_back_and_recorded_as_cancelled() {
+    let w = world();
+    let fake = Fake::new();
+    fake.wait.set(WaitOutcome::Cancel);
+    let err = up_with(&w, &fake, plan()).unwrap_err();
+    assert!(matches!(err, LifecycleError::Cancelled { .. }), "{err}");
+    assert!(w.stores.record(&w.name).unwrap().is_none());
+    let op = w.stores.operation(&w.name).unwrap().unwrap().data;
+    assert_eq!(op.result, OperationResult::Cancelled);
+}
+
+#[test]
+fn a_different_plan_is_refused_and_the_running_sandbox_is_kept() {
+    let w = world();
+    let fake = Fake::new();
+    let first = up_with(&w, &fake, plan()).unwrap();
+    let mut other = plan();
+    other.memory_mb = Some(512);
+    match up_with(&w, &fake, other).unwrap_err() {
+        LifecycleError::PlanChanged { differences, .. } => {
+            assert_eq!(differences.len(), 1);
+            assert_eq!(differences[0].field, "memory_mb");
+        }
+        e => panic!("unexpected {e}"),
+    }
+    let rec = w.stores.record(&w.name).unwrap().unwrap().data;
+    assert_eq!(rec.epoch, first.record.epoch);
+    assert!(fake.running.get());
+}
+
+#[test]
+fn a_dead_running_operation_is_marked_interrupted_and_its_sandbox_cleaned() {
+    let w = world();
+    let fake = Fake::new();
+    up_with(&w, &fake, plan()).unwrap();
+    // A crash: the sandbox died and an `up` died mid-flight.
+    fake.running.set(false);
+    let mut op = w.stores.operation(&w.name).unwrap().unwrap();
+    op.data.result = OperationResult::Running;
+    op.data.process = dead();
+    op.data.phase = "wait".into();
+    w.stores
+        .operations
+        .write(w.name.as_str(), Some(op.revision), &op.data)
+        .unwrap();
+    let st = status(&w.stores, &fake, &w.name).unwrap();
+    assert_eq!(st.health, Health::Stale);
+    assert_eq!(
+        st.operation.as_ref().unwrap().result,
+        OperationResult::Interrupted
+    );
+    let again = up_with(&w, &fake, plan()).unwrap();
+    assert!(!again.reused);
+    assert_eq!(again.interrupted.unwrap().phase, "wait");
+    assert_eq!(again.cleaned.cleaned.len(), 1);
+    assert_eq!(again.cleaned.cleaned[0].1, Health::Stale);
+}
+
+#[test]
+fn down_keeps_the_record_when_a_leftover_cannot_be_proven_ours() {
+    let w = world();
+    let fake = Fake::new();
+    up_with(&w, &fake, plan()).unwrap();
+    fake.left
+        .borrow_mut()
+        .push(("/r".into(), "it carries no ownership marker".into()));
+    let err = down(&w.stores, &fake, &w.name, Duration::from_secs(1)).unwrap_err();
+    assert!(matches!(err, LifecycleError::Blocked { .. }), "{err}");
+    assert!(w.stores.record(&w.name).unwrap().is_some());
+    fake.left.borrow_mut().clear();
+    let out = down(&w.stores, &fake, &w.name, Duration::from_secs(1)).unwrap();
+    assert_eq!(out.was, Health::Stale);
+    assert!(w.stores.record(&w.name).unwrap().is_none());
+    let again = down(&w.stores, &fake, &w.name, Duration::from_secs(1)).unwrap();
+    assert_eq!(again.was, Health::Absent);
+}
+
+#[test]
+fn clean_skips_ready_sandboxes_and_reports_orphans() {
+    let w = world();
+    let fake = Fake::new();
+    up_with(&w, &fake, plan()).unwrap();
+    let out = clean(&w.stores, &fake).unwrap();
+    assert!(out.cleaned.is_empty());
+    assert_eq!(out.unmanaged.len(), 1);
+    assert!(fake.running.get(), "clean touched a ready sandbox");
+}
+
+#[test]
+fn health_follows_the_proofs_not_the_record() {
+    let w = world();
+    let fake = Fake::new();
+    let out = up_with(&w, &fake, plan()).unwrap();
+    let rec = out.record;
+    let seen = |owner: Liveness, guest: Liveness, note: Option<&str>| Inspection {
+        owner,
+        guest,
+        disk_bytes: None,
+        exit_note: note.map(str::to_owned),
+    };
+    let h = |i: Inspection| assess(Some(&rec), None, Some(&i));
+    assert_eq!(h(seen(Liveness::Ours, Liveness::Ours, None)), Health::Ready);
+    assert_eq!(
+        h(seen(Liveness::Ours, Liveness::Gone, None)),
+        Health::Failed
+    );
+    assert_eq!(
+        h(seen(Liveness::Gone, Liveness::Gone, Some("pid 1 exited"))),
+        Health::Stopped
+    );
+    assert_eq!(h(seen(Liveness::Gone, Liveness::Gone, None)), Health::Stale);
+    assert_eq!(
+        h(seen(Liveness::Reused, Liveness::Ours, None)),
+        Health::Stale
+    );
+    let mut starting = rec.clone();
+    starting.phase = crate::records::Phase::Starting;
+    let running_op = crate::records::OperationRecord {
+        kind: crate::records::OperationKind::Up,
+        started_ms: 0,
+        finished_ms: None,
+        phase: "wait".into(),
+        result: OperationResult::Running,
+        timings: Default::default(),
+        process: me(),
+    };
+    let ours = seen(Liveness::Ours, Liveness::Gone, None);
+    assert_eq!(
+        assess(Some(&starting), Some(&running_op), Some(&ours)),
+        Health::Starting
+    );
+    let mut dead_op = running_op;
+    dead_op.process = dead();
+    assert_eq!(
+        assess(Some(&starting), Some(&dead_op), Some(&ours)),
+        Health::Stale
+    );
+}

@@ -3,6 +3,7 @@
 //! creates nothing. Exit 0 only for `ready`.
 
 use airlock_core::lifecycle::{self, Health, StatusReport};
+use airlock_core::records::utc_text;
 use clap::Args;
 
 use super::lifecycle::{human_bytes, lifecycle_error, resolve_name, setup};
@@ -81,7 +82,7 @@ fn render(r: &StatusReport) -> Doc {
     if let Some(op) = &r.operation {
         doc.heading("Operation");
         doc.field(1, "kind", op.kind.as_str());
-        doc.field(1, "started", &format!("{} ms since epoch", op.started_ms));
+        doc.field(1, "started", &utc_text(op.started_ms));
         doc.field(1, "phase", &op.phase);
         doc.field(1, "result", op.result.as_str());
         let timings: Vec<String> = op
@@ -123,6 +124,7 @@ pub fn to_json(r: &StatusReport) -> serde_json::Value {
         "disk_bytes": r.inspection.as_ref().and_then(|i| i.disk_bytes),
         "operation": r.operation.as_ref().map(|op| serde_json::json!({
             "kind": op.kind,
+            "started": utc_text(op.started_ms),
             "started_ms": op.started_ms,
             "finished_ms": op.finished_ms,
             "phase": op.phase,

@@ -47,7 +47,7 @@ pub enum Command {
     Status(status::StatusArgs),
     /// List every sandbox of this user
     Ls(ls::LsArgs),
-    /// Stop the sandbox and discard its guest state (idempotent)
+    /// Stop the sandbox and discard what changed inside it (idempotent)
     Down(down::DownArgs),
     /// Remove inactive sandbox state that airlock can prove it owns
     Clean(clean::CleanArgs),

@@ -134,7 +134,10 @@ fn detached(socket: &std::path::Path, request: &ExecRequest) -> Result<(), Comma
         )
         .with_hint("run `airlock status` to see the sandbox's health")
     };
-    let mut conn = std::os::unix::net::UnixStream::connect(socket).map_err(fail)?;
+    let mut conn = super::lifecycle::backend::with_socket_path(socket, |p| {
+        std::os::unix::net::UnixStream::connect(p)
+    })
+    .map_err(fail)?;
     let mut line = serde_json::to_vec(request).map_err(|e| fail(std::io::Error::other(e)))?;
     line.push(b'\n');
     conn.write_all(&[MODE_DETACHED]).map_err(fail)?;

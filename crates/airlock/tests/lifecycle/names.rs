@@ -67,3 +67,34 @@ fn two_projects_get_different_stable_names() {
     assert!(a.as_str().unwrap().starts_with("proj-"), "{a}");
     assert_eq!(a, p.run(&["status", "--json"]).json()["name"]);
 }
+
+/// Runs `down --name NAME` when dropped.
+struct Named<'a>(&'a Project, &'a str);
+
+impl Drop for Named<'_> {
+    fn drop(&mut self) {
+        let _ = self.0.run(&["down", "--name", self.1]);
+    }
+}
+
+#[test]
+fn the_longest_name_works_although_its_socket_path_exceeds_sockaddr_un() {
+    let p = Project::new();
+    let name = "n".repeat(63);
+    let socket = p
+        .runtime_root()
+        .join("sandboxes")
+        .join(&name)
+        .join("control.sock");
+    assert!(socket.as_os_str().len() > 108, "the test needs a long path");
+    let _down = Named(&p, &name);
+    p.run(&["up", "--no-attach", "--name", &name])
+        .assert_code(0);
+    let run = p.run(&["exec", "--name", &name, "--", "echo", "reached"]);
+    run.assert_code(0);
+    assert_eq!(run.stdout.trim(), "reached");
+    p.run(&["exec", "-d", "--name", &name, "--", "true"])
+        .assert_code(0);
+    p.run(&["down", "--name", &name]).assert_code(0);
+    assert!(!socket.exists());
+}

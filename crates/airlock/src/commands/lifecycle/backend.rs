@@ -39,6 +39,34 @@ pub const MODE_STREAM: u8 = b'S';
 /// First byte a client sends: run the request that follows detached, owned by the keeper.
 pub const MODE_DETACHED: u8 = b'D';
 
+/// Longest socket path `sockaddr_un` holds safely (108 bytes with the terminating NUL).
+const SUN_PATH_MAX: usize = 100;
+
+/// Runs `f` with a path naming `socket` that fits `sockaddr_un`: the path itself when short
+/// enough, else `/proc/self/fd/<dir fd>/<file>` through a descriptor of its directory (the
+/// kernel resolves the magic link, so the socket is still bound or reached in that directory).
+pub fn with_socket_path<T>(
+    socket: &Path,
+    f: impl FnOnce(&Path) -> std::io::Result<T>,
+) -> std::io::Result<T> {
+    use std::os::unix::ffi::OsStrExt;
+    if socket.as_os_str().as_bytes().len() <= SUN_PATH_MAX {
+        return f(socket);
+    }
+    let (Some(dir), Some(file)) = (socket.parent(), socket.file_name()) else {
+        return f(socket);
+    };
+    let flags =
+        rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC;
+    let fd = rustix::fs::open(dir, flags, rustix::fs::Mode::empty())?;
+    let short = PathBuf::from(format!(
+        "/proc/self/fd/{}",
+        std::os::fd::AsRawFd::as_raw_fd(&fd)
+    ))
+    .join(file);
+    f(&short)
+}
+
 /// What the keeper is asked to start (`start.json`).
 #[derive(Debug, Serialize, Deserialize)]
 pub struct StartRequest {
@@ -361,8 +389,8 @@ impl Backend for LinuxBackend {
 
     fn connect(&self, record: &SandboxRecord) -> Result<Channel, BackendError> {
         let socket = record.paths.runtime_dir.join(SOCKET);
-        let mut stream =
-            UnixStream::connect(&socket).map_err(io_err("cannot connect to", &socket))?;
+        let mut stream = with_socket_path(&socket, |p| UnixStream::connect(p))
+            .map_err(io_err("cannot connect to", &socket))?;
         stream
             .write_all(&[MODE_STREAM])
             .map_err(io_err("cannot write to", &socket))?;

@@ -32,7 +32,8 @@ use nix::sys::signalfd::{SfdFlags, SignalFd};
 use rustix::event::{poll, PollFd, PollFlags};
 
 use super::backend::{
-    KeeperReport, StartRequest, EXIT_NOTE, MODE_DETACHED, MODE_STREAM, SOCKET, START_FILE,
+    with_socket_path, KeeperReport, StartRequest, EXIT_NOTE, MODE_DETACHED, MODE_STREAM, SOCKET,
+    START_FILE,
 };
 use crate::commands::run::limits::{self, RunCgroup};
 use crate::commands::run::start_error;
@@ -143,7 +144,7 @@ fn start(state_dir: &Path) -> Result<Started, KeeperReport> {
     };
     let socket = req.runtime_dir.join(SOCKET);
     let _ = fs::remove_file(&socket);
-    let listener = UnixListener::bind(&socket)
+    let listener = with_socket_path(&socket, |p| UnixListener::bind(p))
         .and_then(|l| l.set_nonblocking(true).map(|()| l))
         .map_err(|e| failed(format!("cannot listen on {}: {e}", socket.display()), false));
     let guest = guest_pid(sandbox.init_pid())

@@ -292,23 +292,7 @@ fn up_locked<B: Backend>(
         });
     }
     step(log, obs, "prepare")?;
-    let mut record = SandboxRecord {
-        name: req.name.clone(),
-        project_root: req.project_root.clone(),
-        backend: backend.name().into(),
-        plan: req.plan.clone(),
-        epoch: Epoch {
-            instance: random_hex(8)?,
-            boot_nonce: random_hex(8)?,
-        },
-        phase: Phase::Starting,
-        keeper: None,
-        guest: None,
-        created_ms: now_ms(),
-        ready_ms: None,
-        paths: req.paths.clone(),
-        backend_data: serde_json::Value::Null,
-    };
+    let mut record = new_record(backend, req)?;
     let mut revision = stores.sandboxes.write(req.name.as_str(), None, &record)?;
     let created = create(
         stores,
@@ -340,6 +324,30 @@ fn up_locked<B: Backend>(
             }
         }
     }
+}
+
+/// The record of a sandbox about to be created: `starting`, a fresh epoch, no owner yet.
+fn new_record<B: Backend>(
+    backend: &B,
+    req: &UpRequest<B::Spec>,
+) -> Result<SandboxRecord, LifecycleError> {
+    Ok(SandboxRecord {
+        name: req.name.clone(),
+        project_root: req.project_root.clone(),
+        backend: backend.name().into(),
+        plan: req.plan.clone(),
+        epoch: Epoch {
+            instance: random_hex(8)?,
+            boot_nonce: random_hex(8)?,
+        },
+        phase: Phase::Starting,
+        keeper: None,
+        guest: None,
+        created_ms: now_ms(),
+        ready_ms: None,
+        paths: req.paths.clone(),
+        backend_data: serde_json::Value::Null,
+    })
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -159,3 +159,38 @@ fn group(boot: &Bootstrap) -> String {
 fn hosts(hostname: &str) -> String {
     format!("127.0.0.1\tlocalhost {hostname}\n::1\tlocalhost ip6-localhost ip6-loopback\n")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_ssh_host_key_is_found_for_masking() {
+        let dir = tempfile::tempdir().unwrap();
+        for f in [
+            "ssh_host_ed25519_key",
+            "ssh_host_rsa_key.pub",
+            "ssh_config",
+            "moduli",
+        ] {
+            fs::write(dir.path().join(f), "x").unwrap();
+        }
+        let mut keys: Vec<String> = ssh_host_keys(dir.path())
+            .unwrap()
+            .iter()
+            .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        keys.sort();
+        assert_eq!(keys, ["ssh_host_ed25519_key", "ssh_host_rsa_key.pub"]);
+        assert!(ssh_host_keys(&dir.path().join("absent"))
+            .unwrap()
+            .is_empty());
+    }
+
+    #[test]
+    fn a_root_invoker_sandbox_user_is_not_called_root() {
+        assert_eq!(sandbox_user_name("root"), "airlock");
+        assert_eq!(sandbox_user_name(""), "airlock");
+        assert_eq!(sandbox_user_name("dev"), "dev");
+    }
+}

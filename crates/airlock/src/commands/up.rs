@@ -82,16 +82,19 @@ pub fn run(args: UpArgs, ctx: &Context) -> Result<Report, CommandError> {
         lock_wait: super::lifecycle::lock_wait(),
         timeout: args.timeout.unwrap_or(DEFAULT_TIMEOUT),
     };
+    let mut progress = Progress::new();
     let flag = Arc::clone(&cancel.flag);
     let cancelled = move || flag.load(Ordering::SeqCst);
     let outcome = lifecycle::up(
         &setup.stores,
         &setup.backend,
         request,
-        &mut CrashPoints,
+        &mut progress,
         &cancelled,
     )
-    .map_err(lifecycle_error)?;
+    .map_err(lifecycle_error);
+    drop(progress);
+    let outcome = outcome?;
     let total = ms(t0.elapsed());
     if cancel.flag.load(Ordering::SeqCst) {
         // L7: Ctrl+C came after the sandbox was ready; keep it and say so.
@@ -237,21 +240,57 @@ pub fn key_of(bytes: &[u8]) -> Result<Key, CommandError> {
     Ok(Key::from_bytes(arr))
 }
 
-/// Debug-build crash points (see the module docs).
-struct CrashPoints;
+/// Progress on stderr (PRODUCT O3): one line per phase, or one live line on a terminal that
+/// is cleared when `up` is done. Also the debug-build test hooks (see the module docs).
+struct Progress {
+    live: bool,
+}
 
-impl Observer for CrashPoints {
+impl Progress {
+    fn new() -> Progress {
+        use std::io::IsTerminal;
+        Progress {
+            live: std::io::stderr().is_terminal(),
+        }
+    }
+
+    fn describe(phase: &str) -> &str {
+        match phase {
+            "lock" => "waiting for the sandbox lock",
+            "cleanup" => "cleaning up stale state",
+            "prepare" => "preparing the sandbox's directories",
+            "start" => "starting the sandbox",
+            "wait" => "waiting for the sandbox to be ready",
+            "record" => "recording the ready sandbox",
+            "rollback" => "rolling back what was created",
+            other => other,
+        }
+    }
+}
+
+impl Drop for Progress {
+    fn drop(&mut self) {
+        if self.live {
+            eprint!("\r\x1b[K");
+        }
+    }
+}
+
+impl Observer for Progress {
     fn phase(&mut self, phase: &str) {
         #[cfg(debug_assertions)]
         if std::env::var("AIRLOCK_TEST_CRASH_AT").is_ok_and(|p| p == phase) {
             std::process::abort();
         }
+        if self.live {
+            eprint!("\r\x1b[Kairlock up: {}…", Self::describe(phase));
+        } else {
+            eprintln!("airlock up: {}", Self::describe(phase));
+        }
         #[cfg(debug_assertions)]
         if std::env::var("AIRLOCK_TEST_PAUSE_AT").is_ok_and(|p| p == phase) {
             std::thread::sleep(Duration::from_secs(3));
         }
-        #[cfg(not(debug_assertions))]
-        let _ = phase;
     }
 }
 

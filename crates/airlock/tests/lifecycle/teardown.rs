@@ -128,3 +128,42 @@ fn ls_lists_every_sandbox_with_its_health() {
     let human = p.run(&["ls"]);
     assert!(human.stdout.contains(up["name"].as_str().unwrap()) && human.stdout.contains("ready"));
 }
+
+#[test]
+fn the_control_socket_key_and_records_are_private_to_the_user() {
+    use std::os::unix::fs::PermissionsExt;
+    let p = Project::new();
+    let up = p.up();
+    let name = up["name"].as_str().unwrap().to_owned();
+    let instance = p.record(&name).unwrap()["epoch"]["instance"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let runtime = p.runtime_root().join("sandboxes").join(&name);
+    let state = p.state_root().join("sandboxes").join(&name);
+    let mode = |path: &std::path::Path| {
+        std::fs::metadata(path)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+            .permissions()
+            .mode()
+            & 0o777
+    };
+    for dir in [&runtime, &runtime.join(&instance), &state] {
+        assert_eq!(mode(dir), 0o700, "{}", dir.display());
+    }
+    for file in [
+        runtime.join(&instance).join("key"),
+        state.join("start.json"),
+        state.join("keeper.log"),
+        p.state_root().join("lifecycle/sandboxes").join(&name),
+    ] {
+        assert_eq!(mode(&file), 0o600, "{}", file.display());
+    }
+    // The key never appears in what airlock prints or records.
+    let key = std::fs::read(runtime.join(&instance).join("key")).unwrap();
+    let hex: String = key.iter().map(|b| format!("{b:02x}")).collect();
+    let status = p.run(&["status", "--json"]).stdout;
+    let record =
+        std::fs::read_to_string(p.state_root().join("lifecycle/sandboxes").join(&name)).unwrap();
+    assert!(!status.contains(&hex) && !record.contains(&hex));
+}

@@ -142,6 +142,13 @@ fn prepare<T>(
     // 3. Maps and cgroup are done by the host.
     sync.send("unshared")?;
     sync.expect("mapped")?;
+    // Only now: a non-dumpable process's /proc files belong to root, which would have kept an
+    // unprivileged host from writing our uid_map. From here on the key in our memory is shielded
+    // from ptrace and /proc/PID/mem (PID 1, forked below, inherits this).
+    sys(
+        "prctl(PR_SET_DUMPABLE)",
+        rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable),
+    )?;
 
     // 4. Identity for setup, then the cgroup namespace.
     if boot.root_mapped {

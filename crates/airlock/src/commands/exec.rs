@@ -145,11 +145,14 @@ fn detached(socket: &std::path::Path, request: &ExecRequest) -> Result<(), Comma
     let mut reply = String::new();
     BufReader::new(conn).read_line(&mut reply).map_err(fail)?;
     match reply.trim() {
-        "ok" => Ok(()),
+        ok if ok == "ok" || ok.starts_with("ok ") => Ok(()),
         other => Err(CommandError::new(
             ErrorKind::Failed,
             "exec.detached",
-            format!("the sandbox refused the command: {other}"),
+            format!(
+                "the sandbox refused the command: {}",
+                crate::output::escape_untrusted(other)
+            ),
         )
         .with_hint("run it without -d to see its output")),
     }

@@ -118,3 +118,12 @@ fn exec_into_an_absent_sandbox_fails_with_the_next_action() {
         run.stderr
     );
 }
+
+#[test]
+fn a_detached_command_that_cannot_start_is_reported() {
+    let p = Project::new();
+    p.up();
+    let run = p.run(&["exec", "-d", "--", "no-such-command-anywhere"]);
+    run.assert_code(1);
+    assert!(run.stderr.contains("no-such-command-anywhere"), "{}", run.stderr);
+}

@@ -23,10 +23,10 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use airlock_linux::host::{Sandbox, StartOptions};
-use airlock_protocol::{ExecClient, ExecRequest, Key};
+use airlock_protocol::{ExecRequest, Key};
 use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use rustix::event::{poll, PollFd, PollFlags};
@@ -262,33 +262,48 @@ fn serve_client(mut conn: UnixStream, control: &OwnedFd, key: [u8; 32]) -> std::
 }
 
 /// Runs one request whose client does not wait: the keeper holds its stream (output discarded)
-/// until the process ends, so it keeps running after `exec -d` returned.
+/// until the process ends, so it keeps running after `exec -d` returned. The client is told
+/// `ok <pid>` once the guest reports the process started, or `error: …` when it could not.
 fn run_detached(conn: UnixStream, control: &OwnedFd, key: [u8; 32]) -> std::io::Result<()> {
+    use airlock_protocol::{
+        host_handshake, read_packet, write_packet, Message, Packet, VersionRange,
+    };
     let mut reader = BufReader::new(conn.try_clone()?);
     let mut line = String::new();
     reader.read_line(&mut line)?;
     let mut conn = conn;
-    let reply = |conn: &mut UnixStream, text: &str| conn.write_all(format!("{text}\n").as_bytes());
+    let mut reply = |text: &str| conn.write_all(format!("{text}\n").as_bytes());
     let request: ExecRequest = match serde_json::from_str(line.trim()) {
         Ok(r) => r,
-        Err(e) => return reply(&mut conn, &format!("error: bad request: {e}")),
+        Err(e) => return reply(&format!("error: bad request: {e}")),
     };
-    let stream = airlock_protocol::open_stream(control.as_fd()).map_err(std::io::Error::other)?;
-    let client = match ExecClient::connect(stream, &Key::from_bytes(key)) {
-        Ok(c) => c,
-        Err(e) => return reply(&mut conn, &format!("error: {e}")),
-    };
-    reply(&mut conn, "ok")?;
-    drop(conn);
-    let started = Instant::now();
-    let outcome = client.run(&request, None, &mut std::io::sink(), &mut std::io::sink());
-    eprintln!(
-        "airlock keeper: detached {:?} ended after {:?}: {:?}",
-        request.argv.first(),
-        started.elapsed(),
-        outcome
-    );
-    Ok(())
+    let mut stream =
+        airlock_protocol::open_stream(control.as_fd()).map_err(std::io::Error::other)?;
+    let fail = |e: &dyn std::fmt::Display| format!("error: {e}");
+    if let Err(e) = host_handshake(&mut stream, &Key::from_bytes(key), VersionRange::CURRENT) {
+        return reply(&fail(&e));
+    }
+    let sent = write_packet(&mut stream, &Packet::Control(Message::Exec(request)))
+        .and_then(|()| write_packet(&mut stream, &Packet::Control(Message::StdinClosed)));
+    if let Err(e) = sent {
+        return reply(&fail(&e));
+    }
+    match read_packet(&mut stream) {
+        Ok(Some(Packet::Control(Message::Started { pid }))) => reply(&format!("ok {pid}"))?,
+        Ok(Some(Packet::Control(Message::Error(e)))) => return reply(&fail(&e.message)),
+        Ok(Some(other)) => return reply(&fail(&format!("unexpected {}", other.name()))),
+        Ok(None) => return reply("error: the sandbox closed the stream"),
+        Err(e) => return reply(&fail(&e)),
+    }
+    // Hold the stream (discarding output) until the process reports its end.
+    loop {
+        match read_packet(&mut stream) {
+            Ok(Some(Packet::Control(Message::Exited { .. } | Message::Signaled { .. })))
+            | Ok(None)
+            | Err(_) => return Ok(()),
+            Ok(Some(_)) => {}
+        }
+    }
 }
 
 fn teardown(sandbox: Sandbox, cgroup: RunCgroup, listener: &UnixListener) {

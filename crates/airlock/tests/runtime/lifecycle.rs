@@ -44,6 +44,26 @@ both! {
             run.assert_code(2);
         }
         rt.run_args(&["run", "-e", "NOEQUALS", "--", "true"], None).assert_code(2);
+        rt.run_args(&["run", "--memory-mb", "10", "--", "true"], None).assert_code(2);
+        rt.run_args(&["run", "-t", "--", "true"], None).assert_code(2);
+        rt.run_args(&["run", "--bogus", "--", "true"], None).assert_code(2);
+    }
+}
+
+both! {
+    /// L2: a refused command line or configuration has no side effect at all: not even
+    /// airlock's runtime directory is created.
+    fn refused_runs_change_nothing(rt) {
+        let before = rt.env.snapshot();
+        for args in [
+            &["run", "-w", "/proc/self/fd/3", "--", "true"][..],
+            &["run", "-e", "=x", "--", "true"],
+            &["run", "--memory-mb", "1", "--", "true"],
+            &["run", "-t", "--", "true"],
+        ] {
+            rt.run_args(args, None).assert_code(2);
+        }
+        assert_eq!(before.diff(&rt.env.snapshot()), Vec::<String>::new());
     }
 }
 

@@ -255,12 +255,28 @@ fn make_home(root: &Path, boot: &Bootstrap) -> Result<(), RootfsError> {
 }
 
 /// Binds one workspace or mount at its sandbox path: `nosuid,nodev`, plus `ro` when read-only.
+/// A mapping names a directory, or a single non-directory file (e.g. the Unix socket of a
+/// host-side service), whose mount point is then an empty file.
 fn bind_mapping(root: &Path, m: &Mapping) -> Result<(), RootfsError> {
     let target = inside(root, &m.sandbox)?;
-    fs::create_dir_all(&target).map_err(|source| RootfsError::Create {
-        path: target.clone(),
+    let is_dir = fs::metadata(&m.host)
+        .map_err(|source| RootfsError::Inspect {
+            path: m.host.clone(),
+            source,
+        })?
+        .is_dir();
+    let dir = if is_dir {
+        target.as_path()
+    } else {
+        target.parent().unwrap_or(root)
+    };
+    fs::create_dir_all(dir).map_err(|source| RootfsError::Create {
+        path: dir.to_path_buf(),
         source,
     })?;
+    if !is_dir && !target.exists() {
+        write_file(&target, b"", 0o600)?;
+    }
     // Not recursive: host mounts below a mapping stay invisible (only what was named is mapped).
     bind(&m.host, &target)?;
     let mut extra = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;

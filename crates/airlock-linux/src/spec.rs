@@ -20,7 +20,7 @@ pub enum Image {
     Directory(PathBuf),
 }
 
-/// A host directory mapped into the sandbox.
+/// A host directory (or a single file, such as a service's Unix socket) mapped into the sandbox.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Mapping {
     /// Absolute, canonical host path (validated by the caller).

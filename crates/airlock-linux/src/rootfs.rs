@@ -9,12 +9,13 @@
 //! 3. The image: for `host`, each allowlisted top-level entry is recreated as the symlink the
 //!    host has, or as an overlay with the host directory as lower layer; nothing else of the host
 //!    root is reachable. Overlays use `userxattr` (we are always in a user namespace).
-//! 4. Masks inside `/etc` (before anything can read them): shadow files and SSH host keys are
-//!    covered by an empty read-only file, secret directories by an empty read-only tmpfs,
-//!    `machine-id` by a fresh one, `passwd`/`group`/`hosts`/`hostname` by generated files.
-//! 5. Empty top-level directories, then `$HOME` (the sandbox's own, at the host path), then
+//! 4. Empty top-level directories, then `$HOME` (the sandbox's own, at the host path), then
 //!    workspaces and mounts in depth order (parents first), each bind remounted `nosuid,nodev`
 //!    and `ro` when read-only.
+//! 5. Masks inside `/etc`, after the mappings so that a mapping under `/etc` cannot uncover a
+//!    masked file, and before any sandbox process exists: shadow files and SSH host keys are
+//!    covered by an empty read-only file, secret directories by an empty read-only tmpfs,
+//!    `machine-id` by a fresh one, `passwd`/`group`/`hosts`/`hostname` by generated files.
 //! 6. `/dev` (device nodes bind-mounted from the host, a private devpts, shm), then `/proc`
 //!    (masked and partly read-only, after `/dev` because masks bind `/dev/null`), `/sys` ro.
 //! 7. `pivot_root` into the new root and detach the old one; from here on no host path exists.
@@ -150,10 +151,7 @@ pub fn build(boot: &Bootstrap) -> Result<(), RootfsError> {
         Image::Directory(dir) => overlay(dir, &root, &layers, "root")?,
     }
 
-    // 4. /etc masks and generated files.
-    etc::apply(&root, &scratch, boot)?;
-
-    // 5. Empty directories, home, mappings.
+    // 4. Empty directories, home, mappings.
     for (dir, mode) in EMPTY_DIRS {
         let path = root.join(dir);
         if !path.exists() {
@@ -164,6 +162,9 @@ pub fn build(boot: &Bootstrap) -> Result<(), RootfsError> {
     for mapping in boot.spec.mappings_in_mount_order() {
         bind_mapping(&root, mapping)?;
     }
+
+    // 5. /etc masks and generated files (on top of anything mapped under /etc).
+    etc::apply(&root, &scratch, boot)?;
 
     // 6. /dev, /proc, /sys.
     devproc::mount_dev(&root)?;

@@ -78,7 +78,7 @@ pub struct Inspection {
 pub struct StopReport {
     /// Needed SIGKILL after the grace period.
     pub killed: bool,
-    /// Processes left alone because their identity did not match the record.
+    /// Proven processes of the sandbox that survived SIGKILL (the stop is incomplete).
     pub unmanaged: Vec<String>,
 }
 

@@ -167,3 +167,34 @@ fn the_control_socket_key_and_records_are_private_to_the_user() {
         std::fs::read_to_string(p.state_root().join("lifecycle/sandboxes").join(&name)).unwrap();
     assert!(!status.contains(&hex) && !record.contains(&hex));
 }
+
+#[test]
+fn down_never_signals_a_process_that_merely_reuses_a_recorded_pid() {
+    let p = Project::new();
+    let up = p.up();
+    let name = up["name"].as_str().unwrap().to_owned();
+    let keeper = p.record(&name).unwrap()["keeper"]["pid"].as_u64().unwrap();
+    kill9(keeper);
+    assert!(wait_until(Duration::from_secs(10), || !alive(
+        up["guest"]["pid"].as_u64().unwrap()
+    )));
+    // An unrelated process now holds the pids the record names (as after pid reuse).
+    let mut bystander = std::process::Command::new("sleep")
+        .arg("60")
+        .spawn()
+        .unwrap();
+    let path = p.state_root().join("lifecycle/sandboxes").join(&name);
+    let mut doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    for who in ["keeper", "guest"] {
+        doc["data"][who]["pid"] = bystander.id().into();
+    }
+    doc["data"]["backend_data"]["init"]["pid"] = bystander.id().into();
+    std::fs::write(&path, doc.to_string()).unwrap();
+
+    p.run(&["down"]).assert_code(0);
+    assert!(alive(u64::from(bystander.id())), "down killed a bystander");
+    assert_eq!(p.health(), "absent");
+    bystander.kill().unwrap();
+    bystander.wait().unwrap();
+}

@@ -327,11 +327,9 @@ impl Backend for LinuxBackend {
                         wait_gone(keeper, Duration::from_secs(5));
                     }
                 }
-                Liveness::Gone => {}
-                Liveness::Reused => report.unmanaged.push(format!(
-                    "pid {} no longer is this sandbox's keeper; it was left alone",
-                    keeper.pid
-                )),
+                // A reused pid belongs to someone else now: our keeper is gone, and that
+                // process is not ours to signal.
+                Liveness::Gone | Liveness::Reused => {}
             }
         }
         // The PDEATHSIG chain takes the init stage and PID 1 down with the keeper; should either

@@ -193,13 +193,19 @@ impl Rt {
             .all(|p| Path::new(p).exists());
         let name = match self.who {
             As::Unprivileged { .. } => TEST_USER.to_owned(),
-            As::Invoker => std::env::var("USER").unwrap_or_default(),
+            As::Invoker => Command::new("id")
+                .arg("-un")
+                .output()
+                .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+                .unwrap_or_default(),
         };
         let listed = |f: &str| {
             std::fs::read_to_string(f)
                 .unwrap_or_default()
                 .lines()
-                .any(|l| l.starts_with(&format!("{name}:")))
+                .any(|l| {
+                    l.starts_with(&format!("{name}:")) || l.starts_with(&format!("{}:", self.uid()))
+                })
         };
         helpers && listed("/etc/subuid") && listed("/etc/subgid")
     }

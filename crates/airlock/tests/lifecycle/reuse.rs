@@ -125,5 +125,31 @@ fn a_detached_command_that_cannot_start_is_reported() {
     p.up();
     let run = p.run(&["exec", "-d", "--", "no-such-command-anywhere"]);
     run.assert_code(1);
-    assert!(run.stderr.contains("no-such-command-anywhere"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("no-such-command-anywhere"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn exec_root_is_root_of_the_sandbox_only() {
+    let p = Project::new();
+    p.up();
+    let run = p.run(&["exec", "--root", "--", "id", "-u"]);
+    run.assert_code(0);
+    assert_eq!(run.stdout.trim(), "0");
+    let run = p.run(&["exec", "--", "id", "-u"]);
+    assert_ne!(run.stdout.trim(), "0");
+    // Root inside cannot act on the host: its uid 0 maps to an unprivileged host id.
+    let run = p.run(&["exec", "--root", "--", "cat", "/proc/self/uid_map"]);
+    run.assert_code(0);
+    let first = run.stdout.lines().next().unwrap_or_default().to_owned();
+    let fields: Vec<&str> = first.split_whitespace().collect();
+    assert_eq!(fields.first(), Some(&"0"), "{first}");
+    assert_ne!(
+        fields.get(1),
+        Some(&"0"),
+        "sandbox root is host root: {first}"
+    );
 }

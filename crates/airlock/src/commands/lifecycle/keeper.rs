@@ -226,7 +226,18 @@ fn serve(sandbox: &Sandbox, listener: &UnixListener, guest_pid: u32) -> Option<S
 }
 
 fn accept_all(listener: &UnixListener, control: &Arc<OwnedFd>, key: [u8; 32]) {
-    while let Ok((conn, _)) = listener.accept() {
+    loop {
+        let conn = match listener.accept() {
+            Ok((conn, _)) => conn,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
+            Err(e) => {
+                // E.g. out of descriptors: the socket stays readable, so back off instead of
+                // spinning on poll.
+                eprintln!("airlock keeper: accept failed: {e}");
+                std::thread::sleep(Duration::from_millis(50));
+                return;
+            }
+        };
         let control = Arc::clone(control);
         std::thread::spawn(move || {
             if let Err(e) = serve_client(conn, &control, key) {

@@ -153,3 +153,30 @@ fn exec_root_is_root_of_the_sandbox_only() {
         "sandbox root is host root: {first}"
     );
 }
+
+#[test]
+fn exec_streams_stdin_with_i_and_honours_w() {
+    use std::io::Write;
+    let p = Project::new();
+    p.up();
+    std::fs::create_dir(p.dir.join("sub")).unwrap();
+    let mut child = p
+        .command(&["exec", "-i", "--", "cat"])
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"one\ntwo\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "one\ntwo\n");
+    let run = p.run(&["exec", "-w", "sub", "--", "pwd"]);
+    run.assert_code(0);
+    assert_eq!(run.stdout.trim(), p.dir.join("sub").to_string_lossy());
+    p.run(&["exec", "-w", "/proc/self/fd/3", "--", "pwd"])
+        .assert_code(2);
+}

@@ -369,7 +369,11 @@ fn cgroup_dir_of(pid: u32, controller: &str) -> Option<std::path::PathBuf> {
         let mut parts = line.splitn(3, ':');
         let (_, ctrls, path) = (parts.next()?, parts.next()?, parts.next()?);
         if ctrls.split(',').any(|c| c == controller) {
-            return Some(Path::new("/sys/fs/cgroup").join(controller).join(path.trim_start_matches('/')));
+            return Some(
+                Path::new("/sys/fs/cgroup")
+                    .join(controller)
+                    .join(path.trim_start_matches('/')),
+            );
         }
     }
     let v2 = text.lines().find(|l| l.starts_with("0::"))?;

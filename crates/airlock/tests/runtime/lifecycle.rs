@@ -438,3 +438,42 @@ both! {
         assert!((q / p - 0.5).abs() < 0.01, "cpu bandwidth {q}/{p} in {}", dir.display());
     }
 }
+
+both! {
+    /// A command that ignores SIGTERM keeps running after the first forwarded signal, and the
+    /// second one kills it: airlock always ends on a repeated Ctrl+C / TERM (status 137).
+    fn a_second_signal_kills_a_command_that_ignores_the_first(rt) {
+        let mut child = rt
+            .command(&rt.project, &["run", "--", "sh", "-c", "trap '' TERM INT; echo up; while :; do sleep 1; done"])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        use std::io::BufRead;
+        std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        assert_eq!(line, "up\n");
+        let pid = child.id().to_string();
+        let term = || {
+            let st = std::process::Command::new("kill")
+                .args(["-TERM", &pid])
+                .status()
+                .unwrap();
+            assert!(st.success());
+        };
+        term();
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(child.try_wait().unwrap().is_none(), "the first TERM was not ignorable");
+        term();
+        let started = Instant::now();
+        let status = loop {
+            if let Some(st) = child.try_wait().unwrap() {
+                break st;
+            }
+            assert!(started.elapsed() < Duration::from_secs(10), "run outlived two signals");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert_eq!(status.code(), Some(137), "{status:?}");
+    }
+}

@@ -139,7 +139,8 @@ fn libc_sigpipe() -> i32 {
     Signal::SIGPIPE as i32
 }
 
-/// Forwards terminating signals (and window changes with a PTY) into the exec. The signals are
+/// Forwards terminating signals (and window changes with a PTY) into the exec; the second
+/// terminating signal becomes SIGKILL for the command's process group. The signals are
 /// blocked in this thread before the forwarding thread starts, so every later thread inherits
 /// the mask and only the forwarder receives them.
 fn forward_signals(controller: airlock_protocol::ExecController, tty: bool) {
@@ -158,18 +159,29 @@ fn forward_signals(controller: airlock_protocol::ExecController, tty: bool) {
     if set.thread_block().is_err() {
         return;
     }
-    std::thread::spawn(move || loop {
-        let Ok(sig) = set.wait() else { return };
-        let sent = if sig == Signal::SIGWINCH {
-            match window_size() {
-                Some(size) => controller.resize(size),
-                None => Ok(()),
+    std::thread::spawn(move || {
+        let mut terminations = 0u32;
+        loop {
+            let Ok(sig) = set.wait() else { return };
+            let sent = if sig == Signal::SIGWINCH {
+                match window_size() {
+                    Some(size) => controller.resize(size),
+                    None => Ok(()),
+                }
+            } else {
+                // A second Ctrl+C (or TERM/HUP/QUIT) means "stop now", even for a command that
+                // handles or ignores the first: its process group is killed.
+                terminations += 1;
+                let sig = if terminations > 1 {
+                    Signal::SIGKILL
+                } else {
+                    sig
+                };
+                controller.signal(sig as i32)
+            };
+            if sent.is_err() {
+                return;
             }
-        } else {
-            controller.signal(sig as i32)
-        };
-        if sent.is_err() {
-            return;
         }
     });
 }

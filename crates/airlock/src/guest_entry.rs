@@ -40,11 +40,9 @@ fn init() -> i32 {
             let options = guest_options(&handoff, user, root);
             airlock_guest::pid1::run(handoff.control, options)
         }
-        Err(e) => {
-            // The host has the error through the start handshake; this is for the log.
-            eprintln!("airlock: sandbox init failed: {e}");
-            70
-        }
+        // The host has the error through the start handshake and reports it (printing it here
+        // too would interleave with the host's own report on the shared stderr).
+        Err(_) => 70,
     }
 }
 

@@ -391,18 +391,28 @@ pub(crate) fn start_error(e: StartError) -> CommandError {
         )
         .with_hint(doctor),
         StartError::Init { source } => match source {
-            BootstrapError::Remote { stage, .. } if stage == STAGE_NAMESPACES => CommandError::new(
-                ErrorKind::BackendUnavailable,
-                "backend.namespaces",
-                e.to_string(),
-            )
-            .with_hint(doctor),
-            BootstrapError::Remote { stage, .. } if stage == STAGE_ROOTFS => CommandError::new(
-                ErrorKind::BackendUnavailable,
-                "backend.rootfs",
-                e.to_string(),
-            )
-            .with_hint(doctor),
+            BootstrapError::Remote { stage, message } if stage == STAGE_NAMESPACES => {
+                CommandError::new(
+                    ErrorKind::BackendUnavailable,
+                    "backend.namespaces",
+                    format!(
+                        "this host does not let airlock create the sandbox's namespaces \
+                         (user, mount, pid, net, uts, ipc, cgroup): {message}"
+                    ),
+                )
+                .with_hint(doctor)
+            }
+            BootstrapError::Remote { stage, message } if stage == STAGE_ROOTFS => {
+                CommandError::new(
+                    ErrorKind::BackendUnavailable,
+                    "backend.rootfs",
+                    format!(
+                        "this host cannot build the sandbox's root filesystem (overlayfs, tmpfs, \
+                         proc and sysfs inside a user namespace): {message}"
+                    ),
+                )
+                .with_hint(doctor)
+            }
             BootstrapError::Remote { stage, .. } => {
                 debug_assert!(stage == STAGE_INIT || !stage.is_empty());
                 CommandError::internal("run.start", e.to_string()).with_hint(doctor)

@@ -8,9 +8,11 @@
 //! 3. Limits: create the sandbox's cgroup (with its janitor, so a SIGKILLed airlock leaves none);
 //!    where the user may not create cgroups, default limits are skipped with a warning naming
 //!    `airlock doctor`, an explicit limit refuses the run.
-//! 4. Start the sandbox; PID 1 joins the cgroup before it exists (the join hook).
+//! 4. Start the sandbox; the init stage joins the cgroup before PID 1 exists (the join hook),
+//!    so every sandbox process is inside it.
 //! 5. Exec CMD through the control channel (authenticated stream), stdin streamed with `-i`,
-//!    a PTY with `-t`; forward SIGINT/SIGTERM/SIGHUP to CMD's process group.
+//!    a PTY with `-t`; SIGINT/SIGTERM/SIGHUP/SIGQUIT are forwarded to CMD's process group, a
+//!    second one kills it.
 //! 6. Destroy the sandbox and its cgroup, then exit with CMD's status (128+N for signal N).
 //!
 //! If airlock itself dies, the sandbox dies with it (PDEATHSIG chain, control socket EOF) and

@@ -36,6 +36,10 @@ const PROC_MASKED_FILES: &[&str] = &[
 ];
 /// Directories in `/proc` replaced by an empty read-only tmpfs.
 const PROC_MASKED_DIRS: &[&str] = &["acpi", "scsi"];
+/// Directories in `/sys` replaced by an empty read-only tmpfs, as Docker does: firmware tables
+/// (ACPI, DMI, EFI variables: host identifiers, readable by a root invoker's sandbox user, who is
+/// host root on disk) and the RAPL energy counters (the PLATYPUS side channel, CVE-2020-8694).
+const SYS_MASKED_DIRS: &[&str] = &["firmware", "devices/virtual/powercap", "class/powercap"];
 /// Directories in `/proc` made read-only.
 const PROC_READ_ONLY: &[&str] = &["sys", "bus", "fs", "irq"];
 
@@ -128,12 +132,20 @@ pub(super) fn mount_proc(root: &Path) -> Result<(), RootfsError> {
 
 pub(super) fn mount_sys(root: &Path) -> Result<(), RootfsError> {
     let flags = MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
-    mount_raw(
-        Some("sysfs"),
-        root.join("sys"),
-        Some("sysfs"),
-        flags,
-        None,
-        "sysfs",
-    )
+    let sys = root.join("sys");
+    mount_raw(Some("sysfs"), &sys, Some("sysfs"), flags, None, "sysfs")?;
+    for name in SYS_MASKED_DIRS {
+        let path = sys.join(name);
+        if path.is_dir() {
+            mount_raw(
+                Some("airlock-mask"),
+                &path,
+                Some("tmpfs"),
+                flags,
+                None,
+                "tmpfs",
+            )?;
+        }
+    }
+    Ok(())
 }

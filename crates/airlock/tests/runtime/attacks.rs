@@ -238,3 +238,20 @@ both! {
         assert!(!stdout.contains("tty-fd") && !stdout.contains("has-ctty"), "{stdout}");
     }
 }
+
+both! {
+    /// Host identifiers in firmware tables (ACPI, DMI, EFI variables under /sys/firmware) and the
+    /// RAPL energy counters (a power side channel) are masked, as in Docker's default profile.
+    fn firmware_tables_and_power_counters_are_masked(rt) {
+        let masked = ["/sys/firmware", "/sys/devices/virtual/powercap", "/sys/class/powercap"];
+        let present: Vec<&str> = masked
+            .into_iter()
+            .filter(|d| std::fs::read_dir(d).map(|mut e| e.next().is_some()).unwrap_or(false))
+            .collect();
+        assert!(!present.is_empty(), "this host exposes none of {masked:?}");
+        let script: String = present.iter().map(|d| format!("ls -A {d} | wc -l;")).collect();
+        let run = rt.sh(rt.most_privileged(), &script);
+        let counts: Vec<&str> = ok(&run).split_whitespace().collect();
+        assert_eq!(counts, vec!["0"; present.len()], "{present:?} visible: {run:?}");
+    }
+}

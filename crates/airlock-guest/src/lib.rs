@@ -12,6 +12,8 @@ pub mod exec;
 pub mod options;
 pub mod pid1;
 pub mod pty;
+pub mod relay;
 
 pub use options::{GuestOptions, SandboxUser};
 pub use pid1::{run, GuestError};
+pub use relay::{Relay, RelayError};

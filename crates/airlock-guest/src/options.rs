@@ -33,4 +33,7 @@ pub struct GuestOptions {
     /// Applied to `--root` processes (usually the same filter, capabilities kept inside the
     /// sandbox's user namespace).
     pub root_confinement: Confinement,
+    /// Loopback ports relayed to host sockets (the egress proxy, N1; host ports, N10), bound
+    /// before any exec stream is served.
+    pub relays: Vec<crate::relay::Relay>,
 }

@@ -10,8 +10,10 @@
 //!    init only receives signals it has handlers for) feeding a self-pipe, and start the
 //!    signal thread: `SIGCHLD` reaps every zombie, the others are forwarded to the process
 //!    group of every process the guest started.
-//! 4. Receive stream descriptors on the control socket and serve each on its own thread.
-//! 5. When the control socket closes (the host is gone), kill every process group and
+//! 4. Bind the loopback relays (egress proxy, host ports) before the first exec, so no sandbox
+//!    process can take their ports.
+//! 5. Receive stream descriptors on the control socket and serve each on its own thread.
+//! 6. When the control socket closes (the host is gone), kill every process group and
 //!    return; as PID 1 of the namespace, exiting takes the whole sandbox down with it.
 
 use std::os::fd::{AsFd, OwnedFd};
@@ -45,6 +47,9 @@ pub enum GuestError {
     /// The control socket failed.
     #[error(transparent)]
     Control(#[from] FdPassError),
+    /// A loopback relay could not be bound (the sandbox would be offline: refuse instead).
+    #[error(transparent)]
+    Relay(#[from] crate::relay::RelayError),
 }
 
 fn prctl(option: &'static str) -> impl FnOnce(Errno) -> GuestError {
@@ -83,6 +88,8 @@ fn serve(control: OwnedFd, opts: GuestOptions) -> Result<(), GuestError> {
     thread::spawn(move || handle_signals(&signals, &for_signals.children));
     // Children that exited before the handler existed.
     shared.children.reap();
+    // The relays own their ports before any sandbox process could bind them.
+    crate::relay::start(&shared.opts.relays)?;
     let result = accept_streams(&control, &shared);
     shared.children.signal_all(Signal::KILL);
     result

@@ -11,7 +11,8 @@
 //!    root is reachable. Overlays use `userxattr` (we are always in a user namespace).
 //! 4. Empty top-level directories, then `$HOME` (the sandbox's own, at the host path), then
 //!    workspaces and mounts in depth order (parents first), each bind remounted `nosuid,nodev`
-//!    and `ro` when read-only.
+//!    and `ro` when read-only; then the egress directory read-only at `/run/airlock` (the proxy
+//!    sockets and CA bundle, N1/N6) and the generated trust bundle over the system one.
 //! 5. Masks inside `/etc`, after the mappings so that a mapping under `/etc` cannot uncover a
 //!    masked file, and before any sandbox process exists: shadow files and SSH host keys are
 //!    covered by an empty read-only file, secret directories by an empty read-only tmpfs,
@@ -31,7 +32,7 @@ use nix::mount::{mount, umount2, MntFlags, MsFlags};
 use thiserror::Error;
 
 use crate::bootstrap::Bootstrap;
-use crate::spec::{Image, Mapping};
+use crate::spec::{Egress, Image, Mapping, EGRESS_DIR, SYSTEM_CA_BUNDLE};
 
 mod devproc;
 mod etc;
@@ -162,6 +163,9 @@ pub fn build(boot: &Bootstrap) -> Result<(), RootfsError> {
     for mapping in boot.spec.mappings_in_mount_order() {
         bind_mapping(&root, mapping)?;
     }
+    if let Some(egress) = &boot.spec.egress {
+        bind_egress(&root, egress)?;
+    }
 
     // 5. /etc masks and generated files (on top of anything mapped under /etc).
     etc::apply(&root, &scratch, boot)?;
@@ -285,6 +289,40 @@ fn bind_mapping(root: &Path, m: &Mapping) -> Result<(), RootfsError> {
         extra |= MsFlags::MS_RDONLY;
     }
     remount_bind(&target, extra)
+}
+
+/// The egress directory, read-only at [`EGRESS_DIR`], and the generated trust bundle over the
+/// image's system bundle. The bundle replaces only a regular file: a symlink there would be
+/// followed by the bind mount, and resolved against the host's root at this stage.
+fn bind_egress(root: &Path, egress: &Egress) -> Result<(), RootfsError> {
+    bind_mapping(
+        root,
+        &Mapping {
+            host: egress.host_dir.clone(),
+            sandbox: PathBuf::from(EGRESS_DIR),
+            writable: false,
+        },
+    )?;
+    let Some(bundle) = &egress.trust_bundle else {
+        return Ok(());
+    };
+    let target = inside(root, Path::new(SYSTEM_CA_BUNDLE))?;
+    match fs::symlink_metadata(&target) {
+        Ok(meta) if meta.file_type().is_file() => bind_mapping(
+            root,
+            &Mapping {
+                host: egress.host_dir.join(bundle),
+                sandbox: PathBuf::from(SYSTEM_CA_BUNDLE),
+                writable: false,
+            },
+        ),
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(source) => Err(RootfsError::Inspect {
+            path: target,
+            source,
+        }),
+    }
 }
 
 /// `root` joined with an absolute sandbox path, refusing `..` components.
@@ -441,6 +479,7 @@ mod tests {
             env: vec![],
             limits: Limits::default(),
             require_root: false,
+            egress: None,
         };
         let order: Vec<_> = spec
             .mappings_in_mount_order()

@@ -76,6 +76,39 @@ pub struct SandboxSpec {
     /// Whether a root identity inside the sandbox's user namespace must be available (`--root`).
     /// When the host cannot provide one, the start is refused with the reason.
     pub require_root: bool,
+    /// The host-side egress relays (PRODUCT N1, N6, N10); `None`: no way out at all.
+    #[serde(default)]
+    pub egress: Option<Egress>,
+}
+
+/// Where [`Egress::host_dir`] appears inside the sandbox (read-only).
+pub const EGRESS_DIR: &str = "/run/airlock";
+
+/// The system CA bundle path that [`Egress::trust_bundle`] replaces inside the sandbox.
+pub const SYSTEM_CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
+
+/// The host directory holding the sockets of the host-side egress proxy and host-port
+/// connectors, and the generated CA bundle. The caller decided everything in it; the runtime
+/// binds it read-only at [`EGRESS_DIR`] and the guest relays each [`Relay`] port to its socket.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Egress {
+    /// Absolute host directory (0700, owned by the invoking user).
+    pub host_dir: PathBuf,
+    /// Loopback ports inside the sandbox and the socket (a file name in `host_dir`) each one is
+    /// relayed to.
+    pub relays: Vec<Relay>,
+    /// A file name in `host_dir` bound read-only over [`SYSTEM_CA_BUNDLE`] when the image has
+    /// that file as a regular file (the system trust store plus airlock's CA, N6).
+    pub trust_bundle: Option<String>,
+}
+
+/// One guest loopback listener relayed to a host socket.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Relay {
+    /// Port on the sandbox's `127.0.0.1`.
+    pub port: u16,
+    /// Socket file name inside [`Egress::host_dir`].
+    pub socket: String,
 }
 
 impl SandboxSpec {

@@ -28,6 +28,10 @@ pub fn dispatch(args: &[OsString]) -> Option<i32> {
     if verb == crate::commands::lifecycle::backend::KEEPER_VERB && args.len() == 3 {
         return Some(crate::commands::lifecycle::keeper::main(args));
     }
+    // The egress proxy of one sandbox, supervised by its owner (commands::egress).
+    if verb == crate::commands::egress::PROXY_VERB && args.len() == 3 {
+        return Some(crate::commands::egress::child::main(args));
+    }
     None
 }
 
@@ -76,5 +80,15 @@ fn guest_options(h: &Handoff, user: Confinement, root: Confinement) -> GuestOpti
         root_allowed: h.root_mapped,
         confinement: user,
         root_confinement: root,
+        relays: h
+            .spec
+            .egress
+            .iter()
+            .flat_map(|e| e.relays.iter())
+            .map(|r| airlock_guest::Relay {
+                port: r.port,
+                socket: std::path::Path::new(airlock_linux::spec::EGRESS_DIR).join(&r.socket),
+            })
+            .collect(),
     }
 }

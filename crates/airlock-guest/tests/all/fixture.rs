@@ -64,6 +64,7 @@ fn guest_server_entry() {
             no_new_privs: true,
             seccomp: None,
         },
+        relays: Vec::new(),
     };
     std::process::exit(airlock_guest::run(control, opts));
 }

@@ -15,6 +15,7 @@ pub mod clean;
 pub mod config;
 pub mod doctor;
 pub mod down;
+pub mod egress;
 pub mod exec;
 pub mod init;
 pub mod lifecycle;

@@ -85,7 +85,8 @@ pub fn run(args: RunArgs, ctx: &Context) -> Result<Report, CommandError> {
     for n in &notes {
         eprintln!("{n}");
     }
-    let spec = build_spec(&effective, args.root)?;
+    let mut spec = build_spec(&effective, args.root)?;
+    super::egress::attach(&mut spec, &effective.network, &roots.data)?;
     let cwd = resolve_workdir(args.workdir.as_deref(), &ctx.cwd, &spec)?;
     let request = ExecRequest {
         argv: args.command.clone(),
@@ -116,6 +117,9 @@ pub fn run(args: RunArgs, ctx: &Context) -> Result<Report, CommandError> {
     };
     // Runtime directories of runs whose airlock was killed (L9: ownership-checked cleanup).
     airlock_linux::host::sweep_stale(&opts.sandboxes_dir);
+    let project_root = effective.project.as_ref().map(|p| p.root.clone());
+    let egress = start_egress(&roots, project_root, &mut spec)?;
+    phases.done("egress");
     let mut cgroup = limits::prepare(&spec)?;
     phases.done("cgroup");
     let started = Sandbox::start(&spec, &opts, &mut |pid| cgroup.join(pid));
@@ -139,11 +143,63 @@ pub fn run(args: RunArgs, ctx: &Context) -> Result<Report, CommandError> {
     phases.done("destroy");
     cgroup.destroy();
     phases.done("cgroup-remove");
+    egress.stop();
     let status = outcome?;
     if let Err(e) = destroyed {
         eprintln!("airlock: warning: {e}");
     }
     std::process::exit(status)
+}
+
+/// The ephemeral sandbox's egress proxy (N1), stopped and its directory removed on drop.
+struct RunEgress {
+    dir: std::path::PathBuf,
+    proxy: Option<super::egress::supervisor::ProxySupervisor>,
+}
+
+impl RunEgress {
+    fn stop(self) {}
+}
+
+impl Drop for RunEgress {
+    fn drop(&mut self) {
+        drop(self.proxy.take());
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Creates the egress directory under `<runtime>/egress/<id>` and starts the proxy child; the
+/// audit log goes to `<state>/runs/<id>/audit.jsonl`.
+fn start_egress(
+    roots: &airlock_config::Roots,
+    project_root: Option<PathBuf>,
+    spec: &mut SandboxSpec,
+) -> Result<RunEgress, CommandError> {
+    use super::egress::{materialize, supervisor::ProxySupervisor, EgressStart};
+    let dir = roots.runtime.join("egress").join(&spec.id);
+    let image_root = match &spec.image {
+        Image::Host => PathBuf::from("/"),
+        Image::Directory(p) => p.clone(),
+    };
+    let mut guard = RunEgress {
+        dir: dir.clone(),
+        proxy: None,
+    };
+    ensure_root(roots, &roots.runtime.join("egress"))?;
+    materialize(&dir, roots, &image_root)?;
+    let runs = roots.state.join("runs");
+    ensure_root(roots, &runs)?;
+    let audit = runs.join(&spec.id).join(super::policy::log::AUDIT_LOG_FILE);
+    let start = EgressStart::new(dir.clone(), project_root, audit);
+    let proxy = ProxySupervisor::spawn(start).map_err(|e| {
+        CommandError::new(ErrorKind::Failed, "egress.start", e.to_string())
+            .with_hint("check the network configuration with `airlock plan`")
+    })?;
+    guard.proxy = Some(proxy);
+    if let Some(e) = spec.egress.as_mut() {
+        e.host_dir = dir;
+    }
+    Ok(guard)
 }
 
 /// `AIRLOCK_TRACE_PHASES`: `airlock: phase <name> <ms>` lines on stderr, for scripts/bench.
@@ -284,6 +340,7 @@ pub(crate) fn build_spec(eff: &Effective, root: bool) -> Result<SandboxSpec, Com
         limits,
         require_root: root,
         id,
+        egress: None,
     })
 }
 
@@ -464,6 +521,7 @@ mod tests {
             env: vec![],
             limits: Limits::default(),
             require_root: false,
+            egress: None,
         }
     }
 

@@ -68,7 +68,8 @@ pub fn run(args: UpArgs, ctx: &Context) -> Result<Report, CommandError> {
     let roots = ctx.roots()?;
     let mut notes = Vec::new();
     let effective = load_effective(&roots, Some(project.clone()), args.memory_mb, &mut notes)?;
-    let spec = super::run::build_spec(&effective, false)?;
+    let mut spec = super::run::build_spec(&effective, false)?;
+    super::egress::attach(&mut spec, &effective.network, &roots.data)?;
     let plan = plan_summary(&spec);
 
     let cancel = CtrlC::install();

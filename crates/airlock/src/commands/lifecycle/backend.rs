@@ -38,6 +38,11 @@ pub const SOCKET: &str = "control.sock";
 pub const MODE_STREAM: u8 = b'S';
 /// First byte a client sends: run the request that follows detached, owned by the keeper.
 pub const MODE_DETACHED: u8 = b'D';
+/// First byte a client sends: reload the egress proxy's policy and secrets; the keeper answers
+/// one line, `ok` or `error: …`.
+pub const MODE_RELOAD: u8 = b'R';
+/// The egress directory inside a sandbox's runtime directory.
+pub const EGRESS_DIR: &str = "egress";
 
 /// Longest socket path `sockaddr_un` holds safely (108 bytes with the terminating NUL).
 const SUN_PATH_MAX: usize = 100;
@@ -72,6 +77,9 @@ pub fn with_socket_path<T>(
 pub struct StartRequest {
     pub spec: SandboxSpec,
     pub runtime_dir: PathBuf,
+    /// The egress proxy to run beside the sandbox (absent: the sandbox has no way out).
+    #[serde(default)]
+    pub egress: Option<crate::commands::egress::EgressStart>,
 }
 
 /// The keeper's one-line report on its stdout.
@@ -244,9 +252,18 @@ impl Backend for LinuxBackend {
         self.make_dir(&record.paths.runtime_dir, record)?;
         let mut spec = spec.clone();
         spec.id = record.epoch.instance.clone();
+        let egress = spec.egress.as_mut().map(|e| {
+            e.host_dir = record.paths.runtime_dir.join(EGRESS_DIR);
+            crate::commands::egress::EgressStart::new(
+                e.host_dir.clone(),
+                Some(record.project_root.clone()),
+                crate::commands::policy::log::audit_log_path(&record.paths),
+            )
+        });
         let request = StartRequest {
             spec,
             runtime_dir: record.paths.runtime_dir.clone(),
+            egress,
         };
         let path = record.paths.state_dir.join(START_FILE);
         let bytes = serde_json::to_vec(&request).map_err(|e| BackendError::Failed {

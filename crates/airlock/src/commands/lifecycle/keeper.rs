@@ -14,7 +14,16 @@
 //!    credentials); its first byte picks the mode: `S` hands the connection itself to PID 1 over
 //!    the control socket (the guest then runs the HMAC handshake with the client, who read the
 //!    per-epoch key from the 0600 file), `D` runs one request detached, owned by the keeper.
-//! 5. Teardown: remove the socket, destroy the sandbox (bounded), destroy the cgroup.
+//! 5. Teardown: remove the socket, destroy the sandbox (bounded), destroy the cgroup, stop
+//!    the egress proxy.
+//!
+//! Egress (commands::egress): before the cgroup and the sandbox, the keeper writes the CA
+//! bundle and starts the proxy child (`airlock __proxy`), so the sandbox's first connection
+//! finds it. The serve loop wakes at least every 500 ms and restarts a dead proxy (the sandbox is
+//! offline meanwhile: its relays find no listener); a restart loads the policy and secrets in
+//! force then. Mode `R` (`policy allow|deny`, `secret set|rm`) makes the proxy reload them and
+//! answers `ok` or `error: …`. Restarts happen on the main thread only, because the child's
+//! `PR_SET_PDEATHSIG` follows the thread that spawned it.
 
 use std::ffi::OsString;
 use std::fs;
@@ -22,7 +31,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use airlock_linux::host::{Sandbox, StartOptions};
@@ -32,9 +41,10 @@ use nix::sys::signalfd::{SfdFlags, SignalFd};
 use rustix::event::{poll, PollFd, PollFlags};
 
 use super::backend::{
-    with_socket_path, KeeperReport, StartRequest, EXIT_NOTE, MODE_DETACHED, MODE_STREAM, SOCKET,
-    START_FILE,
+    with_socket_path, KeeperReport, StartRequest, EXIT_NOTE, MODE_DETACHED, MODE_RELOAD,
+    MODE_STREAM, SOCKET, START_FILE,
 };
+use crate::commands::egress::supervisor::ProxySupervisor;
 use crate::commands::run::limits::{self, RunCgroup};
 use crate::commands::run::start_error;
 use crate::error::ErrorKind;
@@ -52,7 +62,7 @@ pub fn main(args: &[OsString]) -> i32 {
         eprintln!("airlock keeper: missing state directory");
         return 2;
     };
-    let (sandbox, cgroup, listener, guest_pid) = match start(&state_dir) {
+    let (sandbox, cgroup, listener, guest_pid, proxy) = match start(&state_dir) {
         Ok(started) => started,
         Err(report) => {
             let _ = report_line(&report);
@@ -73,7 +83,7 @@ pub fn main(args: &[OsString]) -> i32 {
     let reported = report_line(&report)
         .and_then(|()| rustix::stdio::dup2_stdout(std::io::stderr()).map_err(Into::into));
     let note = match reported {
-        Ok(()) => serve(&sandbox, &listener, guest_pid),
+        Ok(()) => serve(&sandbox, &listener, guest_pid, &proxy),
         Err(e) => {
             eprintln!(
                 "airlock keeper: `up` went away before the sandbox was recorded ({e}); stopping it"
@@ -85,6 +95,7 @@ pub fn main(args: &[OsString]) -> i32 {
         let _ = fs::write(state_dir.join(EXIT_NOTE), format!("{note}\n"));
     }
     teardown(sandbox, cgroup, &listener);
+    drop(proxy);
     i32::from(note.is_some())
 }
 
@@ -107,7 +118,10 @@ fn failed(message: impl Into<String>, unavailable: bool) -> KeeperReport {
     }
 }
 
-type Started = (Sandbox, RunCgroup, UnixListener, u32);
+/// The egress proxy child, shared by the supervision loop and reload requests.
+type SharedProxy = Arc<Mutex<Option<ProxySupervisor>>>;
+
+type Started = (Sandbox, RunCgroup, UnixListener, u32, SharedProxy);
 
 fn start(state_dir: &Path) -> Result<Started, KeeperReport> {
     let path = state_dir.join(START_FILE);
@@ -128,6 +142,8 @@ fn start(state_dir: &Path) -> Result<Started, KeeperReport> {
         | ErrorKind::Busy
         | ErrorKind::Interrupted => false,
     };
+    // The proxy serves before the sandbox exists: its first connection already finds it.
+    let proxy = start_egress(&req)?;
     let mut cgroup =
         limits::prepare(&req.spec).map_err(|e| failed(e.message.clone(), unavailable(e.kind)))?;
     let opts = StartOptions {
@@ -150,12 +166,74 @@ fn start(state_dir: &Path) -> Result<Started, KeeperReport> {
     let guest = guest_pid(sandbox.init_pid())
         .ok_or_else(|| failed("the sandbox's PID 1 cannot be found on the host", false));
     match (listener, guest) {
-        (Ok(listener), Ok(pid)) => Ok((sandbox, cgroup, listener, pid)),
+        (Ok(listener), Ok(pid)) => Ok((sandbox, cgroup, listener, pid, proxy)),
         (Err(report), _) | (_, Err(report)) => {
             teardown_parts(sandbox, cgroup);
             Err(report)
         }
     }
+}
+
+/// Creates the egress directory (CA bundle) and starts the proxy child, when the sandbox has one.
+fn start_egress(req: &StartRequest) -> Result<SharedProxy, KeeperReport> {
+    let Some(egress) = &req.egress else {
+        return Ok(Arc::new(Mutex::new(None)));
+    };
+    let lookup = |k: &str| {
+        egress
+            .env
+            .iter()
+            .find(|(n, _)| n == k)
+            .map(|(_, v)| OsString::from(v))
+    };
+    let roots =
+        airlock_config::Roots::from_env(lookup).map_err(|e| failed(e.to_string(), false))?;
+    let image_root = match &req.spec.image {
+        airlock_linux::spec::Image::Host => PathBuf::from("/"),
+        airlock_linux::spec::Image::Directory(p) => p.clone(),
+    };
+    crate::commands::egress::materialize(&egress.dir, &roots, &image_root)
+        .map_err(|e| failed(e.message, false))?;
+    let proxy = ProxySupervisor::spawn(egress.clone()).map_err(|e| failed(e.to_string(), false))?;
+    Ok(Arc::new(Mutex::new(Some(proxy))))
+}
+
+/// Restarts the proxy child when it died (the sandbox is offline meanwhile: fail closed).
+fn supervise(proxy: &SharedProxy) {
+    let mut slot = proxy.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(sup) = slot.as_mut() {
+        match sup.restart_if_dead() {
+            Ok(true) => eprintln!(
+                "airlock keeper: the egress proxy died; restarted it (restart {})",
+                sup.restarts
+            ),
+            Ok(false) => {}
+            Err(e) => eprintln!("airlock keeper: the egress proxy is down: {e}"),
+        }
+    }
+}
+
+/// Answers a reload request: `ok` once the proxy applies the current policy and secrets.
+fn reload(mut conn: UnixStream, proxy: &SharedProxy) -> std::io::Result<()> {
+    let answer = {
+        let mut slot = proxy.lock().unwrap_or_else(|p| p.into_inner());
+        match slot.as_mut() {
+            None => "error: this sandbox has no egress proxy".to_owned(),
+            // A dead proxy is restarted by the main thread (PDEATHSIG binds the child to the
+            // thread that spawned it) and then loads the current configuration by itself.
+            Some(sup) => {
+                if sup.is_alive() {
+                    match sup.reload() {
+                        Ok(()) => "ok".to_owned(),
+                        Err(e) => format!("error: {}", e.to_string().replace('\n', " ")),
+                    }
+                } else {
+                    "ok".to_owned()
+                }
+            }
+        }
+    };
+    conn.write_all(format!("{answer}\n").as_bytes())
 }
 
 /// PID 1 is the init stage's only child.
@@ -175,7 +253,12 @@ fn guest_pid(init_pid: u32) -> Option<u32> {
 }
 
 /// Serves clients until asked to stop (`None`) or PID 1 exits (`Some(note)`).
-fn serve(sandbox: &Sandbox, listener: &UnixListener, guest_pid: u32) -> Option<String> {
+fn serve(
+    sandbox: &Sandbox,
+    listener: &UnixListener,
+    guest_pid: u32,
+    proxy: &SharedProxy,
+) -> Option<String> {
     let mut mask = SigSet::empty();
     for s in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
         mask.add(s);
@@ -205,7 +288,12 @@ fn serve(sandbox: &Sandbox, listener: &UnixListener, guest_pid: u32) -> Option<S
             PollFd::new(&signals, PollFlags::IN),
             PollFd::new(&pid1, PollFlags::IN),
         ];
-        match poll(&mut fds, None) {
+        // Wakes at least twice a second to supervise the egress proxy.
+        let tick = rustix::event::Timespec {
+            tv_sec: 0,
+            tv_nsec: 500_000_000,
+        };
+        match poll(&mut fds, Some(&tick)) {
             Ok(_) | Err(rustix::io::Errno::INTR) => {}
             Err(e) => return Some(format!("the keeper failed to wait for events: {e}")),
         }
@@ -220,12 +308,13 @@ fn serve(sandbox: &Sandbox, listener: &UnixListener, guest_pid: u32) -> Option<S
             return None;
         }
         if ready[0] {
-            accept_all(listener, &control, key);
+            accept_all(listener, &control, key, proxy);
         }
+        supervise(proxy);
     }
 }
 
-fn accept_all(listener: &UnixListener, control: &Arc<OwnedFd>, key: [u8; 32]) {
+fn accept_all(listener: &UnixListener, control: &Arc<OwnedFd>, key: [u8; 32], proxy: &SharedProxy) {
     loop {
         let conn = match listener.accept() {
             Ok((conn, _)) => conn,
@@ -239,15 +328,21 @@ fn accept_all(listener: &UnixListener, control: &Arc<OwnedFd>, key: [u8; 32]) {
             }
         };
         let control = Arc::clone(control);
+        let proxy = Arc::clone(proxy);
         std::thread::spawn(move || {
-            if let Err(e) = serve_client(conn, &control, key) {
+            if let Err(e) = serve_client(conn, &control, key, &proxy) {
                 eprintln!("airlock keeper: client dropped: {e}");
             }
         });
     }
 }
 
-fn serve_client(mut conn: UnixStream, control: &OwnedFd, key: [u8; 32]) -> std::io::Result<()> {
+fn serve_client(
+    mut conn: UnixStream,
+    control: &OwnedFd,
+    key: [u8; 32],
+    proxy: &SharedProxy,
+) -> std::io::Result<()> {
     conn.set_nonblocking(false)?;
     let peer = rustix::net::sockopt::socket_peercred(&conn)?;
     if peer.uid != rustix::process::geteuid() {
@@ -266,6 +361,7 @@ fn serve_client(mut conn: UnixStream, control: &OwnedFd, key: [u8; 32]) -> std::
                 .map_err(std::io::Error::other)
         }
         MODE_DETACHED => run_detached(conn, control, key),
+        MODE_RELOAD => reload(conn, proxy),
         other => Err(std::io::Error::other(format!(
             "unknown mode byte {other:#04x}"
         ))),

@@ -1,0 +1,206 @@
+//! The in-sandbox side of the egress path (PRODUCT N1, N10): loopback listeners relayed to
+//! host sockets.
+//!
+//! The sandbox's network namespace has loopback only (I9). PID 1 binds `127.0.0.1:PORT` for
+//! every [`Relay`] *before* it serves a single exec stream, so no sandbox process can take the
+//! port first, and relays each accepted connection to the host socket bound read-only into the
+//! sandbox (the egress proxy for 3128, a host-port connector for N10). Invariants:
+//! - fail closed: when the host socket cannot be reached the client connection is closed at
+//!   once, nothing else is tried (there is nothing else to reach);
+//! - bounded: at most [`MAX_CONNECTIONS`] relayed connections per listener at a time; beyond
+//!   that new connections are closed until one ends;
+//! - the relay never interprets a byte: policy is the host side's business.
+
+use std::io;
+use std::net::{Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::Duration;
+
+/// Concurrent relayed connections per listener.
+pub const MAX_CONNECTIONS: usize = 512;
+
+/// One loopback port relayed to a host socket.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Relay {
+    /// Port on `127.0.0.1` inside the sandbox.
+    pub port: u16,
+    /// The socket's path inside the sandbox.
+    pub socket: PathBuf,
+}
+
+/// Why a relay could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum RelayError {
+    /// The loopback port cannot be bound.
+    #[error("cannot listen on 127.0.0.1:{port} inside the sandbox: {source}")]
+    Bind {
+        /// The port.
+        port: u16,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// Binds every listener, then serves each on its own thread. Returns once all are bound.
+pub fn start(relays: &[Relay]) -> Result<(), RelayError> {
+    let mut bound = Vec::with_capacity(relays.len());
+    for relay in relays {
+        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, relay.port));
+        let listener = TcpListener::bind(addr).map_err(|source| RelayError::Bind {
+            port: relay.port,
+            source,
+        })?;
+        bound.push((listener, relay.socket.clone()));
+    }
+    for (listener, socket) in bound {
+        thread::spawn(move || serve(&listener, &socket));
+    }
+    Ok(())
+}
+
+fn serve(listener: &TcpListener, socket: &Path) {
+    let active = Arc::new(AtomicUsize::new(0));
+    loop {
+        let client = match listener.accept() {
+            Ok((client, _)) => client,
+            Err(_) => {
+                // E.g. out of descriptors: back off instead of spinning.
+                thread::sleep(Duration::from_millis(50));
+                continue;
+            }
+        };
+        if active.fetch_add(1, Ordering::SeqCst) >= MAX_CONNECTIONS {
+            active.fetch_sub(1, Ordering::SeqCst);
+            drop(client);
+            continue;
+        }
+        let socket = socket.to_path_buf();
+        let active = Arc::clone(&active);
+        thread::spawn(move || {
+            relay_one(client, &socket);
+            active.fetch_sub(1, Ordering::SeqCst);
+        });
+    }
+}
+
+/// Relays one connection both ways until both directions are closed. A host socket that cannot
+/// be reached closes the client (fail closed).
+fn relay_one(client: TcpStream, socket: &Path) {
+    let Ok(host) = UnixStream::connect(socket) else {
+        let _ = client.shutdown(Shutdown::Both);
+        return;
+    };
+    let _ = client.set_nodelay(true);
+    let (Ok(client_rd), Ok(host_wr)) = (client.try_clone(), host.try_clone()) else {
+        return;
+    };
+    let upstream = thread::spawn(move || copy_then_close(client_rd, host_wr));
+    copy_then_close(host, client);
+    let _ = upstream.join();
+}
+
+/// Copies until EOF or an error, then closes the writing direction (half-close keeps the other
+/// direction flowing) and, on error, the reading one too.
+fn copy_then_close<R, W>(mut from: R, mut to: W)
+where
+    R: io::Read + Closable,
+    W: io::Write + Closable,
+{
+    let failed = io::copy(&mut from, &mut to).is_err();
+    to.close(Shutdown::Write);
+    if failed {
+        from.close(Shutdown::Both);
+        to.close(Shutdown::Both);
+    }
+}
+
+/// A socket that can be shut down in one direction.
+trait Closable {
+    fn close(&self, how: Shutdown);
+}
+
+impl Closable for TcpStream {
+    fn close(&self, how: Shutdown) {
+        let _ = self.shutdown(how);
+    }
+}
+
+impl Closable for UnixStream {
+    fn close(&self, how: Shutdown) {
+        let _ = self.shutdown(how);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+    use std::os::unix::net::UnixListener;
+
+    fn free_port() -> u16 {
+        TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    }
+
+    #[test]
+    fn relays_bytes_both_ways_to_the_host_socket() {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("proxy.sock");
+        let host = UnixListener::bind(&socket).unwrap();
+        let port = free_port();
+        start(&[Relay { port, socket }]).unwrap();
+        let echo = thread::spawn(move || {
+            let (mut conn, _) = host.accept().unwrap();
+            let mut buf = Vec::new();
+            conn.read_to_end(&mut buf).unwrap();
+            conn.write_all(&buf).unwrap();
+            conn.write_all(b" back").unwrap();
+        });
+        let mut client = TcpStream::connect((Ipv4Addr::LOCALHOST, port)).unwrap();
+        client.write_all(b"hello").unwrap();
+        client.shutdown(Shutdown::Write).unwrap();
+        let mut got = String::new();
+        client.read_to_string(&mut got).unwrap();
+        echo.join().unwrap();
+        assert_eq!(got, "hello back");
+    }
+
+    #[test]
+    fn a_missing_host_socket_closes_the_client_fail_closed() {
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        start(&[Relay {
+            port,
+            socket: dir.path().join("absent.sock"),
+        }])
+        .unwrap();
+        let mut client = TcpStream::connect((Ipv4Addr::LOCALHOST, port)).unwrap();
+        client
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        let _ = client.write_all(b"CONNECT example.com:443 HTTP/1.1\r\n\r\n");
+        let mut buf = [0u8; 16];
+        let n = client.read(&mut buf).unwrap_or(0);
+        assert_eq!(n, 0, "the relay answered without a host socket");
+    }
+
+    #[test]
+    fn a_taken_port_refuses_to_start() {
+        let taken = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let port = taken.local_addr().unwrap().port();
+        let err = start(&[Relay {
+            port,
+            socket: PathBuf::from("/nonexistent"),
+        }])
+        .unwrap_err();
+        assert!(err.to_string().contains(&port.to_string()));
+    }
+}

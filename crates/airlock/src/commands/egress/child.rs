@@ -1,0 +1,188 @@
+//! `airlock __proxy <egress dir>`: the egress proxy and the host-port connectors of one sandbox.
+//!
+//! Protocol with the owner (the keeper or `run`), one line each way:
+//! 1. stdin, first line: the [`EgressStart`] JSON (no secret in it);
+//! 2. the child resolves the roots from it, loads the *current* network configuration and
+//!    secrets (so a restart comes back with what is in force now), binds `proxy.sock` and one
+//!    `port-N.sock` per `[[network.host_port]]`, and answers `ready` (or `error: …` and exits);
+//! 3. each further stdin line `reload` reloads policy and secrets and answers `ok` or
+//!    `error: …` (the previous policy stays in force on error);
+//! 4. EOF on stdin (the owner is gone or done) stops everything; so does the owner's death
+//!    (`PR_SET_PDEATHSIG`).
+//!
+//! A host-port connector connects only to `127.0.0.1:<that port>` (N10); nothing else on the
+//! host is reachable through it.
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::io::{BufRead, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use airlock_config::effective::Network;
+use airlock_config::Roots;
+use airlock_proxy::{Proxy, ProxyConfig, ProxyHandle, ProxyListener};
+use airlock_secrets::{SecretBindings, SecretStore};
+use tokio::net::{TcpStream, UnixListener};
+
+use super::{ca_dir, port_socket, EgressStart, PROXY_SOCKET};
+
+/// Entry point of the hidden verb; returns the exit status.
+pub fn main(_args: &[OsString]) -> i32 {
+    let _ = rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL));
+    let stdin = std::io::stdin();
+    let mut lines = stdin.lock().lines();
+    let start: EgressStart = match lines.next() {
+        Some(Ok(line)) => match serde_json::from_str(&line) {
+            Ok(s) => s,
+            Err(e) => return answer_fatal(&format!("bad start request: {e}")),
+        },
+        _ => return answer_fatal("no start request"),
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => return answer_fatal(&format!("cannot start the proxy runtime: {e}")),
+    };
+    let started = match Loaded::load(&start) {
+        Ok(loaded) => runtime.block_on(serve(&start, loaded)),
+        Err(e) => Err(e),
+    };
+    let handle = match started {
+        Ok(handle) => handle,
+        Err(e) => return answer_fatal(&e),
+    };
+    if answer("ready").is_err() {
+        return 1;
+    }
+    for line in lines {
+        let Ok(line) = line else { break };
+        let reply = match line.trim() {
+            "reload" => match Loaded::load(&start) {
+                Ok(l) => {
+                    handle.update(l.network.policy(), l.bindings);
+                    "ok".to_owned()
+                }
+                Err(e) => format!("error: {e}"),
+            },
+            other => format!("error: unknown request {other:?}"),
+        };
+        if answer(&reply).is_err() {
+            break;
+        }
+    }
+    runtime.block_on(handle.shutdown());
+    0
+}
+
+fn answer(line: &str) -> std::io::Result<()> {
+    let mut out = std::io::stdout().lock();
+    out.write_all(format!("{line}\n").as_bytes())?;
+    out.flush()
+}
+
+fn answer_fatal(message: &str) -> i32 {
+    let _ = answer(&format!("error: {}", message.replace('\n', " ")));
+    1
+}
+
+/// The configuration in force now.
+struct Loaded {
+    roots: Roots,
+    network: Network,
+    bindings: SecretBindings,
+}
+
+impl Loaded {
+    fn load(start: &EgressStart) -> Result<Loaded, String> {
+        let lookup = |k: &str| {
+            start
+                .env
+                .iter()
+                .find(|(n, _)| n == k)
+                .map(|(_, v)| OsString::from(v))
+        };
+        let roots = Roots::from_env(lookup).map_err(|e| e.to_string())?;
+        let project = match &start.project_root {
+            Some(root) => airlock_config::project::discover(root).map_err(|e| e.to_string())?,
+            None => None,
+        };
+        let mut notes = Vec::new();
+        let network = crate::commands::policy::current_network(&roots, project, &mut notes)
+            .map_err(|e| e.message.clone())?;
+        let bindings = if roots.data.join("secrets").exists() {
+            SecretStore::open(&roots.data)
+                .and_then(|s| s.bindings())
+                .map_err(|e| e.to_string())?
+        } else {
+            SecretBindings::empty()
+        };
+        Ok(Loaded {
+            roots,
+            network,
+            bindings,
+        })
+    }
+}
+
+/// Binds the sockets and starts the proxy and the connectors on the current runtime.
+async fn serve(start: &EgressStart, loaded: Loaded) -> Result<ProxyHandle, String> {
+    let listener = bind(&start.dir.join(PROXY_SOCKET))?;
+    let hosts: BTreeMap<_, _> = loaded
+        .network
+        .hosts
+        .iter()
+        .map(|h| (h.name.clone(), h.address))
+        .collect();
+    let cfg = ProxyConfig {
+        policy: loaded.network.policy(),
+        hosts,
+        extra_roots: loaded.network.extra_ca.clone(),
+        bindings: loaded.bindings,
+        audit_path: start.audit_path.clone(),
+        ca_dir: ca_dir(&loaded.roots.data),
+    };
+    let handle = Proxy::start(cfg, ProxyListener::Unix(listener)).map_err(|e| e.to_string())?;
+    for hp in &loaded.network.host_ports {
+        let listener = bind(&start.dir.join(port_socket(hp.port)))?;
+        tokio::spawn(connector(listener, hp.port));
+    }
+    Ok(handle)
+}
+
+/// Binds a fresh socket at `path` (a stale one from a dead predecessor is replaced), 0600.
+fn bind(path: &Path) -> Result<UnixListener, String> {
+    let _ = std::fs::remove_file(path);
+    let fail = |e: std::io::Error| format!("cannot listen on {}: {e}", path.display());
+    let listener = with_short_path(path, UnixListener::bind).map_err(fail)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(fail)?;
+    Ok(listener)
+}
+
+fn with_short_path<T>(
+    path: &Path,
+    f: impl FnOnce(PathBuf) -> std::io::Result<T>,
+) -> std::io::Result<T> {
+    crate::commands::lifecycle::backend::with_socket_path(path, |p| f(p.to_path_buf()))
+}
+
+/// Relays each connection on `listener` to the host's `127.0.0.1:port`, and nowhere else.
+async fn connector(listener: UnixListener, port: u16) {
+    loop {
+        let Ok((mut inside, _)) = listener.accept().await else {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            continue;
+        };
+        tokio::spawn(async move {
+            let Ok(mut host) = TcpStream::connect((std::net::Ipv4Addr::LOCALHOST, port)).await
+            else {
+                return;
+            };
+            let _ = host.set_nodelay(true);
+            let _ = tokio::io::copy_bidirectional(&mut inside, &mut host).await;
+        });
+    }
+}

@@ -1,0 +1,328 @@
+//! Wiring the egress proxy into sandboxes (PRODUCT N1, N5, N6, N8, N10).
+//!
+//! Shape, per sandbox (persistent through the keeper, or ephemeral through `run`):
+//! - a private host directory (0700), bound read-only at `/run/airlock` inside by the linux
+//!   backend ([`airlock_linux::spec::Egress`]), holds `proxy.sock` (the egress proxy),
+//!   `port-N.sock` (one connector per `[[network.host_port]]`, N10), `ca.crt` (the public
+//!   certificate of the per-installation interception CA) and `ca-bundle.crt` (the host's
+//!   system bundle plus that certificate, also bound over the image's system bundle);
+//! - the guest's PID 1 relays `127.0.0.1:3128` (and each host port's guest port) to those
+//!   sockets; the network namespace has loopback only, so nothing else leaves (I9);
+//! - the proxy and the connectors run in a child process, `airlock __proxy` ([`child`]),
+//!   supervised by its owner ([`supervisor`]): when it dies the sockets refuse and the sandbox
+//!   is offline until it is back, with the policy and secrets in force at that moment.
+//!
+//! Order in a start: [`attach`] (spec: environment and relays, before anything exists) →
+//! [`materialize`] (directory, CA, bundle) → spawn the child and wait for `ready` → start the
+//! sandbox. Invariants: the CA private key and secret values never enter the directory, the
+//! spec or the child's command line; the sandbox sees placeholders only (N8).
+
+pub mod child;
+pub mod supervisor;
+
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use airlock_config::effective::Network;
+use airlock_config::{env_vars, Roots};
+use airlock_linux::spec::{Egress, Relay, SandboxSpec, EGRESS_DIR, SYSTEM_CA_BUNDLE};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{CommandError, ErrorKind};
+
+/// The proxy's port on the sandbox's loopback (N1).
+pub const PROXY_PORT: u16 = 3128;
+/// Files in the egress directory.
+pub const PROXY_SOCKET: &str = "proxy.sock";
+pub const CA_CERT: &str = "ca.crt";
+pub const CA_BUNDLE: &str = "ca-bundle.crt";
+/// The hidden verb of the proxy child.
+pub const PROXY_VERB: &str = "__proxy";
+
+/// The connector socket of host loopback port `port` (N10).
+pub fn port_socket(port: u16) -> String {
+    format!("port-{port}.sock")
+}
+
+/// Where the per-installation interception CA lives (shared by every sandbox of the user).
+pub fn ca_dir(data_root: &Path) -> PathBuf {
+    data_root.join("proxy-ca")
+}
+
+/// What the proxy child needs to start (sent as the first line of its stdin, never on disk
+/// inside the sandbox). Holds no secret: the child reads secrets from the store itself.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct EgressStart {
+    /// The egress directory.
+    pub dir: PathBuf,
+    /// `HOME` and `XDG_*` of the invoking command, to resolve the same roots (the keeper runs
+    /// with a cleared environment).
+    pub env: Vec<(String, String)>,
+    /// The project whose configuration decides the policy.
+    pub project_root: Option<PathBuf>,
+    /// The sandbox's audit log (N7).
+    pub audit_path: PathBuf,
+}
+
+impl EgressStart {
+    /// Captures the roots' environment of this process.
+    pub fn new(dir: PathBuf, project_root: Option<PathBuf>, audit_path: PathBuf) -> EgressStart {
+        let env = [
+            env_vars::HOME,
+            env_vars::XDG_CONFIG_HOME,
+            env_vars::XDG_STATE_HOME,
+            env_vars::XDG_DATA_HOME,
+            env_vars::XDG_CACHE_HOME,
+            env_vars::XDG_RUNTIME_DIR,
+        ]
+        .iter()
+        .filter_map(|k| {
+            std::env::var(k)
+                .ok()
+                .map(|v| ((*k).to_owned(), v.to_owned()))
+        })
+        .collect();
+        EgressStart {
+            dir,
+            env,
+            project_root,
+            audit_path,
+        }
+    }
+}
+
+/// Adds the egress part to `spec`: the proxy variables (N1), the CA bundle variables (N6), one
+/// placeholder per secret (N5) and the relays (N1, N10). `spec.egress.host_dir` is left empty:
+/// the owner of the sandbox's runtime directory fills it in.
+pub fn attach(
+    spec: &mut SandboxSpec,
+    network: &Network,
+    data_root: &Path,
+) -> Result<(), CommandError> {
+    let mut relays = vec![Relay {
+        port: PROXY_PORT,
+        socket: PROXY_SOCKET.to_owned(),
+    }];
+    for hp in &network.host_ports {
+        if relays.iter().any(|r| r.port == hp.guest_port) {
+            return Err(CommandError::new(
+                ErrorKind::Config,
+                "network.host_port_conflict",
+                format!(
+                    "the sandbox port {} is used twice (3128 is the proxy's)",
+                    hp.guest_port
+                ),
+            )
+            .with_hint("give each [[network.host_port]] its own guest_port"));
+        }
+        relays.push(Relay {
+            port: hp.guest_port,
+            socket: port_socket(hp.port),
+        });
+    }
+    spec.env.extend(environment(data_root)?);
+    spec.egress = Some(Egress {
+        host_dir: PathBuf::new(),
+        relays,
+        trust_bundle: Some(CA_BUNDLE.to_owned()),
+    });
+    Ok(())
+}
+
+/// The variables every sandbox process gets for the egress path.
+fn environment(data_root: &Path) -> Result<Vec<(String, String)>, CommandError> {
+    let inside = |f: &str| format!("{EGRESS_DIR}/{f}");
+    let mut env: Vec<(String, String)> = env_vars::PROXY_VARS
+        .iter()
+        .map(|k| ((*k).to_owned(), env_vars::PROXY_URL.to_owned()))
+        .collect();
+    for k in [env_vars::NO_PROXY, env_vars::NO_PROXY_LOWER] {
+        env.push((k.to_owned(), env_vars::NO_PROXY_VALUE.to_owned()));
+    }
+    for k in env_vars::CA_BUNDLE_VARS {
+        // Node adds NODE_EXTRA_CA_CERTS to its own roots: the CA alone is what it wants.
+        let file = if *k == env_vars::NODE_EXTRA_CA_CERTS {
+            CA_CERT
+        } else {
+            CA_BUNDLE
+        };
+        env.push(((*k).to_owned(), inside(file)));
+    }
+    env.extend(placeholders(data_root)?);
+    Ok(env)
+}
+
+/// `(NAME, placeholder)` for every stored secret; values are never read here.
+fn placeholders(data_root: &Path) -> Result<Vec<(String, String)>, CommandError> {
+    if !data_root.join("secrets").exists() {
+        return Ok(Vec::new());
+    }
+    let store = airlock_secrets::SecretStore::open(data_root).map_err(secret_error)?;
+    let infos = store.list().map_err(secret_error)?;
+    Ok(infos.into_iter().map(|i| (i.name, i.placeholder)).collect())
+}
+
+fn secret_error(e: airlock_secrets::SecretError) -> CommandError {
+    CommandError::new(ErrorKind::Failed, "secret.store", e.to_string())
+        .with_hint("check the secret store with `airlock secret ls`")
+}
+
+/// Creates the egress directory (0700) and writes the CA certificate and bundle into it. The CA
+/// is created on first use under [`ca_dir`]; only its public certificate is copied.
+pub fn materialize(dir: &Path, roots: &Roots, image_root: &Path) -> Result<(), CommandError> {
+    let fail = |what: &str, path: &Path, e: &dyn std::fmt::Display| {
+        CommandError::new(
+            ErrorKind::Failed,
+            "egress.prepare",
+            format!("cannot {what} {}: {e}", path.display()),
+        )
+    };
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| fail("create", dir, &e))?;
+    fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
+        .map_err(|e| fail("protect", dir, &e))?;
+    let ca_root = ca_dir(&roots.data);
+    crate::context::ensure_root(roots, &ca_root)?;
+    let ca = airlock_proxy::CertificateAuthority::load_or_create(&ca_root)
+        .map_err(|e| fail("load the interception CA in", &ca_root, &e))?;
+    let system = image_root.join(SYSTEM_CA_BUNDLE.trim_start_matches('/'));
+    let mut bundle = fs::read(&system).unwrap_or_default();
+    if !bundle.is_empty() && !bundle.ends_with(b"\n") {
+        bundle.push(b'\n');
+    }
+    bundle.extend_from_slice(ca.cert_pem().as_bytes());
+    for (name, bytes) in [(CA_CERT, ca.cert_pem().as_bytes()), (CA_BUNDLE, &bundle)] {
+        let path = dir.join(name);
+        write_public(&path, bytes).map_err(|e| fail("write", &path, &e))?;
+    }
+    Ok(())
+}
+
+/// Writes a public file (0644) in a fresh inode, so a sandbox holding the old one open reads a
+/// consistent file.
+fn write_public(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let tmp = path.with_extension("tmp");
+    let _ = fs::remove_file(&tmp);
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .open(&tmp)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    fs::rename(&tmp, path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> SandboxSpec {
+        use airlock_linux::spec::{HostUser, Image, Limits};
+        SandboxSpec {
+            id: "t".into(),
+            image: Image::Host,
+            workspaces: vec![],
+            mounts: vec![],
+            user: HostUser {
+                uid: 1,
+                gid: 1,
+                name: "u".into(),
+                home: "/home/u".into(),
+            },
+            hostname: "h".into(),
+            env: vec![],
+            limits: Limits::default(),
+            require_root: false,
+            egress: None,
+        }
+    }
+
+    fn network(ports: &[(u16, u16)]) -> Network {
+        use airlock_config::effective::{HostPort, Origin, Sourced};
+        Network {
+            preset: Sourced::new(airlock_config::Preset::Dev, Origin::Default),
+            rules: vec![],
+            agent_hosts: vec![],
+            ignored: vec![],
+            hosts: vec![],
+            host_ports: ports
+                .iter()
+                .map(|&(port, guest_port)| HostPort { port, guest_port })
+                .collect(),
+            extra_ca: vec![],
+        }
+    }
+
+    #[test]
+    fn every_process_gets_the_proxy_and_ca_variables() {
+        let data = tempfile::tempdir().unwrap();
+        let mut spec = spec();
+        attach(&mut spec, &network(&[]), data.path()).unwrap();
+        let get = |k: &str| {
+            spec.env
+                .iter()
+                .find(|(n, _)| n == k)
+                .map(|(_, v)| v.clone())
+        };
+        for k in ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"] {
+            assert_eq!(get(k).as_deref(), Some("http://127.0.0.1:3128"), "{k}");
+        }
+        assert_eq!(get("NO_PROXY").as_deref(), Some("localhost,127.0.0.1,::1"));
+        for k in [
+            "SSL_CERT_FILE",
+            "CURL_CA_BUNDLE",
+            "GIT_SSL_CAINFO",
+            "CARGO_HTTP_CAINFO",
+        ] {
+            assert_eq!(get(k).as_deref(), Some("/run/airlock/ca-bundle.crt"), "{k}");
+        }
+        assert_eq!(
+            get("NODE_EXTRA_CA_CERTS").as_deref(),
+            Some("/run/airlock/ca.crt")
+        );
+    }
+
+    #[test]
+    fn host_ports_become_relays_and_may_not_take_the_proxy_port() {
+        let data = tempfile::tempdir().unwrap();
+        let mut s = spec();
+        attach(&mut s, &network(&[(5432, 5433)]), data.path()).unwrap();
+        let relays = &s.egress.as_ref().unwrap().relays;
+        assert_eq!(relays.len(), 2);
+        assert_eq!(relays[1].port, 5433);
+        assert_eq!(relays[1].socket, "port-5432.sock");
+        let mut s = spec();
+        assert!(attach(&mut s, &network(&[(8080, 3128)]), data.path()).is_err());
+    }
+
+    #[test]
+    fn the_bundle_holds_the_ca_certificate_and_never_its_key() {
+        let home = tempfile::tempdir().unwrap();
+        let roots = Roots::from_env(|k| (k == "HOME").then(|| home.path().into())).unwrap();
+        let image = tempfile::tempdir().unwrap();
+        let certs = image.path().join("etc/ssl/certs");
+        fs::create_dir_all(&certs).unwrap();
+        fs::write(certs.join("ca-certificates.crt"), "SYSTEM ROOTS\n").unwrap();
+        let dir = home.path().join("egress");
+        materialize(&dir, &roots, image.path()).unwrap();
+        let bundle = fs::read_to_string(dir.join(CA_BUNDLE)).unwrap();
+        let ca = fs::read_to_string(dir.join(CA_CERT)).unwrap();
+        assert!(bundle.starts_with("SYSTEM ROOTS\n"));
+        assert!(bundle.ends_with(&ca));
+        for entry in fs::read_dir(&dir).unwrap() {
+            let text = fs::read_to_string(entry.unwrap().path()).unwrap();
+            assert!(
+                !text.contains("PRIVATE KEY"),
+                "a private key in the egress dir"
+            );
+        }
+        let mode = fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700);
+    }
+}

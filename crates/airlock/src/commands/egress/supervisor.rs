@@ -1,0 +1,180 @@
+//! The owner's side of the proxy child (see [`super::child`]): spawn, wait for `ready`, reload,
+//! restart when it died, stop.
+//!
+//! Invariants: a child that does not answer within [`ANSWER_TIMEOUT`] counts as failed (the
+//! owner never hangs on it); dropping the supervisor kills and reaps the child, so no proxy
+//! outlives its sandbox; a restart always loads the configuration in force at that moment.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::fd::AsFd;
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::time::Duration;
+
+use super::{EgressStart, PROXY_VERB};
+
+/// How long the child may take to answer `ready` or a reload.
+pub const ANSWER_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Why the proxy child could not be started or reloaded.
+#[derive(Debug, thiserror::Error)]
+pub enum SupervisorError {
+    /// The child could not be spawned or talked to.
+    #[error("cannot run the egress proxy ({what}): {source}")]
+    Io {
+        /// What was being done.
+        what: &'static str,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The child answered with an error.
+    #[error("the egress proxy refused: {0}")]
+    Refused(String),
+    /// The child did not answer in time or closed its output.
+    #[error("the egress proxy did not answer ({0})")]
+    Silent(&'static str),
+}
+
+/// A running proxy child.
+pub struct ProxySupervisor {
+    start: EgressStart,
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    /// How many times the child was restarted after it died.
+    pub restarts: u32,
+}
+
+impl std::fmt::Debug for ProxySupervisor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProxySupervisor")
+            .field("pid", &self.child.id())
+            .field("restarts", &self.restarts)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ProxySupervisor {
+    /// Spawns the child and waits until it serves (`ready`).
+    pub fn spawn(start: EgressStart) -> Result<ProxySupervisor, SupervisorError> {
+        let (child, stdin, stdout) = spawn_child(&start)?;
+        let mut sup = ProxySupervisor {
+            start,
+            child,
+            stdin,
+            stdout: BufReader::new(stdout),
+            restarts: 0,
+        };
+        match sup.read_answer("ready")? {
+            line if line == "ready" => Ok(sup),
+            line => Err(SupervisorError::Refused(strip_error(&line))),
+        }
+    }
+
+    /// Whether the child is still running.
+    pub fn is_alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Asks the child to load the current policy and secrets.
+    pub fn reload(&mut self) -> Result<(), SupervisorError> {
+        self.stdin
+            .write_all(b"reload\n")
+            .and_then(|()| self.stdin.flush())
+            .map_err(|source| SupervisorError::Io {
+                what: "sending a reload",
+                source,
+            })?;
+        match self.read_answer("reload")? {
+            line if line == "ok" => Ok(()),
+            line => Err(SupervisorError::Refused(strip_error(&line))),
+        }
+    }
+
+    /// When the child has exited, starts a new one (with the configuration in force now).
+    /// `Ok(false)`: it is alive, nothing done.
+    pub fn restart_if_dead(&mut self) -> Result<bool, SupervisorError> {
+        match self.child.try_wait() {
+            Ok(None) => return Ok(false),
+            Ok(Some(_)) | Err(_) => {}
+        }
+        let fresh = ProxySupervisor::spawn(self.start.clone())?;
+        let old = std::mem::replace(self, fresh);
+        self.restarts = old.restarts + 1;
+        Ok(true)
+    }
+
+    fn read_answer(&mut self, what: &'static str) -> Result<String, SupervisorError> {
+        if self.stdout.buffer().is_empty() {
+            let fd = self.stdout.get_ref().as_fd();
+            let mut fds = [rustix::event::PollFd::new(
+                &fd,
+                rustix::event::PollFlags::IN,
+            )];
+            let timeout = rustix::event::Timespec {
+                tv_sec: ANSWER_TIMEOUT.as_secs() as i64,
+                tv_nsec: 0,
+            };
+            match rustix::event::poll(&mut fds, Some(&timeout)) {
+                Ok(0) => return Err(SupervisorError::Silent(what)),
+                Ok(_) => {}
+                Err(e) => {
+                    return Err(SupervisorError::Io {
+                        what: "waiting for an answer",
+                        source: e.into(),
+                    })
+                }
+            }
+        }
+        let mut line = String::new();
+        match self.stdout.read_line(&mut line) {
+            Ok(0) => Err(SupervisorError::Silent(what)),
+            Ok(_) => Ok(line.trim_end().to_owned()),
+            Err(source) => Err(SupervisorError::Io {
+                what: "reading an answer",
+                source,
+            }),
+        }
+    }
+}
+
+impl Drop for ProxySupervisor {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn strip_error(line: &str) -> String {
+    line.strip_prefix("error: ").unwrap_or(line).to_owned()
+}
+
+fn spawn_child(start: &EgressStart) -> Result<(Child, ChildStdin, ChildStdout), SupervisorError> {
+    let io = |what| move |source| SupervisorError::Io { what, source };
+    let mut child = Command::new(PathBuf::from("/proc/self/exe"))
+        .arg(PROXY_VERB)
+        .arg(&start.dir)
+        .env_clear()
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .map_err(io("spawning"))?;
+    let mut stdin = child.stdin.take().expect("piped stdin");
+    let stdout = child.stdout.take().expect("piped stdout");
+    let mut line = serde_json::to_vec(start).map_err(|e| SupervisorError::Io {
+        what: "encoding the start request",
+        source: std::io::Error::other(e),
+    })?;
+    line.push(b'\n');
+    if let Err(source) = stdin.write_all(&line).and_then(|()| stdin.flush()) {
+        let _ = child.kill();
+        let _ = child.wait();
+        return Err(SupervisorError::Io {
+            what: "sending the start request",
+            source,
+        });
+    }
+    Ok((child, stdin, stdout))
+}

@@ -90,6 +90,10 @@ pub fn run(args: ExecArgs, ctx: &Context) -> Result<Report, CommandError> {
             .with_hint("run `airlock down` and `airlock up` to rebuild the sandbox")
         })?;
     let cwd = super::run::resolve_workdir(args.workdir.as_deref(), &ctx.cwd, &start.spec)?;
+    let mut env = env;
+    if start.spec.egress.is_some() {
+        super::egress::add_current_placeholders(&ctx.roots()?.data, &mut env);
+    }
     let request = ExecRequest {
         argv: args.command.clone(),
         env,

@@ -8,9 +8,9 @@
 //!   does what it says instead of leaving a contradicting rule in force.
 //! - `log` prints the project's sandbox audit log (N7), escaped for the terminal (O1).
 //!
-//! Running sandboxes: a policy change reaches a running sandbox only when its keeper reloads
-//! ([`current_network`] is what it calls; [`log::audit_log_path`] is where its proxy audits). Until the keeper offers that, `allow`/`deny` say that
-//! running sandboxes keep the policy they started with — never that a live update happened.
+//! Running sandboxes: after a change, [`apply_live`] asks each running sandbox's keeper to make
+//! its proxy reload (it calls [`current_network`]; [`log::audit_log_path`] is where it audits)
+//! and reports, per sandbox, whether that happened — never an assumed success.
 
 mod check;
 pub mod log;
@@ -95,17 +95,37 @@ pub fn running_sandboxes(roots: &Roots) -> Vec<SandboxName> {
         .collect()
 }
 
-/// The note for changes that running sandboxes do not see yet (see the module docs).
-pub fn not_live_note(running: &[SandboxName], what: &str) -> Option<String> {
-    if running.is_empty() {
-        return None;
+/// Applies a change of `what` (policy, secrets) to every running sandbox and adds the outcome to
+/// `report`: a note per sandbox that could not apply it, `applied_live` (true only when every
+/// running sandbox applied it) and `running_sandboxes`.
+pub fn apply_live(roots: &Roots, what: &str, changed: bool, report: &mut super::Report) {
+    let running = running_sandboxes(roots);
+    let outcomes = if changed {
+        super::egress::reload::reload_running(roots, &running)
+    } else {
+        Vec::new()
+    };
+    let mut applied = Vec::new();
+    for o in &outcomes {
+        match &o.result {
+            Ok(()) => applied.push(o.name.as_str()),
+            Err(reason) => report.note(format!(
+                "sandbox {} still enforces the previous {what}: {reason} \
+                 (`airlock down`, then `airlock up`, restarts it)",
+                o.name.as_str()
+            )),
+        }
     }
-    let names: Vec<&str> = running.iter().map(SandboxName::as_str).collect();
-    Some(format!(
-        "running sandboxes keep the {what} they started with until they are restarted \
-         (`airlock down`, then `airlock up`): {}",
-        names.join(", ")
-    ))
+    if !applied.is_empty() {
+        report.note(format!(
+            "applied to the running sandboxes without restart: {}",
+            applied.join(", ")
+        ));
+    }
+    report.json["running_sandboxes"] =
+        serde_json::json!(running.iter().map(|n| n.as_str()).collect::<Vec<_>>());
+    report.json["applied_live"] =
+        serde_json::Value::Bool(!outcomes.is_empty() && outcomes.iter().all(|o| o.result.is_ok()));
 }
 
 fn ls(ctx: &Context) -> Result<Report, CommandError> {

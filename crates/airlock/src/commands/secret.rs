@@ -22,7 +22,7 @@ use airlock_config::Roots;
 use airlock_secrets::{HeaderTemplate, SecretError, SecretInfo, SecretName, SecretStore};
 use clap::{Args, Subcommand};
 
-use super::policy::{current_network, not_live_note, running_sandboxes};
+use super::policy::current_network;
 use super::project::discover_project;
 use super::Report;
 use crate::context::Context;
@@ -210,11 +210,7 @@ fn store_exists(roots: &Roots) -> bool {
 
 /// Adds what running sandboxes see of the change (see `policy`'s module docs).
 fn finish(report: &mut Report, roots: &Roots) {
-    let running = running_sandboxes(roots);
-    report.notes.extend(not_live_note(&running, "secrets"));
-    report.json["running_sandboxes"] =
-        serde_json::json!(running.iter().map(|n| n.as_str()).collect::<Vec<_>>());
-    report.json["applied_live"] = serde_json::Value::Bool(false);
+    super::policy::apply_live(roots, "secrets", true, report);
 }
 
 fn info_fields(doc: &mut Doc, info: &SecretInfo) {

@@ -18,6 +18,7 @@
 //! spec or the child's command line; the sandbox sees placeholders only (N8).
 
 pub mod child;
+pub mod reload;
 pub mod supervisor;
 
 use std::fs;
@@ -162,6 +163,18 @@ fn placeholders(data_root: &Path) -> Result<Vec<(String, String)>, CommandError>
     let store = airlock_secrets::SecretStore::open(data_root).map_err(secret_error)?;
     let infos = store.list().map_err(secret_error)?;
     Ok(infos.into_iter().map(|i| (i.name, i.placeholder)).collect())
+}
+
+/// Adds the placeholder of every secret stored now that `env` does not set already, so a secret
+/// added after the sandbox started reaches the processes started after that. Values are never
+/// read; a store that cannot be listed adds nothing.
+pub fn add_current_placeholders(
+    data_root: &Path,
+    env: &mut std::collections::BTreeMap<String, String>,
+) {
+    for (name, placeholder) in placeholders(data_root).unwrap_or_default() {
+        env.entry(name).or_insert(placeholder);
+    }
 }
 
 fn secret_error(e: airlock_secrets::SecretError) -> CommandError {

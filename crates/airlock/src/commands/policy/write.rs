@@ -14,7 +14,7 @@ use clap::Args;
 
 use super::super::project::discover_project;
 use super::super::Report;
-use super::{current_network, not_live_note, running_sandboxes};
+use super::{apply_live, current_network};
 use crate::context::{ensure_root, Context};
 use crate::error::{CommandError, ErrorKind};
 use crate::output::{path_text, Doc, Style};
@@ -63,13 +63,7 @@ pub fn run(action: Action, args: PatternArgs, ctx: &Context) -> Result<Report, C
     if let Some(line) = effect_note(action, &pattern, ctx, &roots) {
         report.note(line);
     }
-    let running = running_sandboxes(&roots);
-    if !edit.applied.is_empty() {
-        report.notes.extend(not_live_note(&running, "policy"));
-    }
-    report.json["running_sandboxes"] =
-        serde_json::json!(running.iter().map(|n| n.as_str()).collect::<Vec<_>>());
-    report.json["applied_live"] = serde_json::Value::Bool(false);
+    apply_live(&roots, "policy", !edit.applied.is_empty(), &mut report);
     Ok(report)
 }
 

@@ -1,0 +1,59 @@
+//! Applying a policy or secret change to running sandboxes (`policy allow|deny`,
+//! `secret set|rm`): each running sandbox's keeper is asked, over its control socket (0700
+//! directory, peer uid checked by the keeper), to make its proxy reload; the answer is what the
+//! command reports. Nothing is assumed: a keeper that does not answer is reported as such.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::time::Duration;
+
+use airlock_config::Roots;
+use airlock_core::lifecycle::Stores;
+use airlock_core::names::SandboxName;
+
+use crate::commands::lifecycle::backend::{with_socket_path, MODE_RELOAD, SOCKET};
+
+/// How long one keeper may take to answer (its proxy answers within its own bound).
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// The outcome for one running sandbox.
+#[derive(Debug)]
+pub struct Reloaded {
+    /// The sandbox.
+    pub name: SandboxName,
+    /// `Err(reason)` when the change could not be applied.
+    pub result: Result<(), String>,
+}
+
+/// Asks every sandbox in `running` to reload its policy and secrets.
+pub fn reload_running(roots: &Roots, running: &[SandboxName]) -> Vec<Reloaded> {
+    let stores = Stores::open(&roots.state).ok();
+    running
+        .iter()
+        .map(|name| {
+            let record = stores.as_ref().and_then(|s| s.record(name).ok().flatten());
+            let result = match record {
+                Some(record) => ask(&record.data.paths.runtime_dir.join(SOCKET)),
+                None => Err("its record cannot be read".to_owned()),
+            };
+            Reloaded {
+                name: name.clone(),
+                result,
+            }
+        })
+        .collect()
+}
+
+fn ask(socket: &std::path::Path) -> Result<(), String> {
+    let io = |e: std::io::Error| format!("its keeper cannot be reached: {e}");
+    let mut conn = with_socket_path(socket, |p| UnixStream::connect(p)).map_err(io)?;
+    conn.set_read_timeout(Some(ANSWER_TIMEOUT)).map_err(io)?;
+    conn.write_all(&[MODE_RELOAD]).map_err(io)?;
+    let mut line = String::new();
+    BufReader::new(conn).read_line(&mut line).map_err(io)?;
+    match line.trim_end() {
+        "ok" => Ok(()),
+        "" => Err("its keeper closed the connection without an answer".to_owned()),
+        other => Err(other.strip_prefix("error: ").unwrap_or(other).to_owned()),
+    }
+}

@@ -225,3 +225,92 @@ fn pump_stdin(mut reader: Box<dyn Read + Send>, controller: &ExecController) {
     }
     let _ignored = controller.send(&Packet::Control(Message::StdinClosed));
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::handshake::guest_handshake;
+    use crate::message::ExecUser;
+
+    fn request() -> ExecRequest {
+        ExecRequest {
+            argv: vec!["true".into()],
+            env: Default::default(),
+            cwd: None,
+            user: ExecUser::Sandbox,
+            tty: None,
+        }
+    }
+
+    /// Runs a client against a scripted guest that answers the exec with `replies`.
+    fn against(replies: Vec<Packet>) -> Result<ExitStatus, ClientError> {
+        let key = Key::generate().unwrap();
+        let (mut guest, host) = UnixStream::pair().unwrap();
+        let guest_key = key.clone();
+        let fake = thread::spawn(move || {
+            guest_handshake(&mut guest, &guest_key, VersionRange::CURRENT).unwrap();
+            let _exec = read_packet(&mut guest).unwrap();
+            for reply in replies {
+                write_packet(&mut guest, &reply).unwrap();
+            }
+            // The stream closes here; what was written stays readable.
+        });
+        let client = ExecClient::connect(host, &key)?;
+        let result = client.run(&request(), None, &mut std::io::sink(), &mut std::io::sink());
+        fake.join().unwrap();
+        result
+    }
+
+    #[test]
+    fn output_before_started_is_refused_as_out_of_order() {
+        let err = against(vec![Packet::Stdout(b"early".to_vec())]).unwrap_err();
+        assert!(matches!(
+            err,
+            ClientError::Unexpected {
+                got: "stdout data",
+                when: "before started"
+            }
+        ));
+    }
+
+    #[test]
+    fn a_second_started_or_a_host_bound_message_is_refused() {
+        let started = Packet::Control(Message::Started { pid: 1 });
+        let err = against(vec![started.clone(), started]).unwrap_err();
+        assert!(matches!(
+            err,
+            ClientError::Unexpected { got: "started", .. }
+        ));
+        let err = against(vec![Packet::Stdin(b"x".to_vec())]).unwrap_err();
+        assert!(matches!(
+            err,
+            ClientError::Unexpected {
+                got: "stdin data",
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn stream_closed_before_the_status_is_an_error_not_success() {
+        let err = against(vec![Packet::Control(Message::Started { pid: 1 })]).unwrap_err();
+        assert!(matches!(err, ClientError::Closed));
+    }
+
+    #[test]
+    fn typed_guest_error_reaches_the_caller() {
+        let refusal = RemoteError::new(crate::ErrorCode::CommandNotFound, "no such command");
+        let err = against(vec![Packet::Control(Message::Error(refusal.clone()))]).unwrap_err();
+        assert!(matches!(err, ClientError::Remote(e) if e == refusal));
+    }
+
+    #[test]
+    fn exit_status_maps_signals_to_128_plus_n() {
+        let replies = vec![
+            Packet::Control(Message::Started { pid: 1 }),
+            Packet::Control(Message::Signaled { signal: 9 }),
+        ];
+        let status = against(replies).unwrap();
+        assert_eq!((status, status.shell_code()), (ExitStatus::Signal(9), 137));
+    }
+}

@@ -8,8 +8,9 @@
 //!
 //! Order: user namespaces first (everything else needs them), then overlay and the I2 write
 //! probe, seccomp, cgroups (v2, v1, may-create, fast joins), subordinate ids. Only user
-//! namespaces, overlay and seccomp are `required`: without them nothing can run; the rest degrade (no limits, no `--root`,
-//! read-only system files, slower starts) and say how to fix it.
+//! namespaces, overlay and seccomp are `required`: without them nothing can run; the rest
+//! degrade (no limits, no `--root`, read-only system files, slower starts) and say how to fix
+//! it.
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;

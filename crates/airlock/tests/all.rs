@@ -6,4 +6,5 @@ pub mod common;
 
 mod cli;
 mod lifecycle;
+mod network;
 mod runtime;

@@ -9,7 +9,7 @@
 //! removed (the guarantee each test pins is in its name and comment).
 
 #[macro_use]
-mod harness;
+pub(crate) mod harness;
 mod attacks;
 mod isolation;
 mod lifecycle;

@@ -259,7 +259,7 @@ mod tests {
     fn network(ports: &[(u16, u16)]) -> Network {
         use airlock_config::effective::{HostPort, Origin, Sourced};
         Network {
-            preset: Sourced::new(airlock_config::Preset::Dev, Origin::Default),
+            preset: Sourced::new(airlock_config::raw::Preset::Dev, Origin::Default),
             rules: vec![],
             agent_hosts: vec![],
             ignored: vec![],

@@ -1,0 +1,153 @@
+//! Persistent sandboxes: policy changes reach them without a restart, the proxy is supervised
+//! (offline while it is down, back with the policy in force), host ports (N10).
+
+use std::time::Duration;
+
+use super::*;
+use crate::lifecycle::{wait_until, Project};
+use crate::runtime::harness::{ok, Rt};
+
+/// `exec -- curl` of `url` through the proxy; returns the HTTP status curl saw (000: none).
+fn status_of(p: &Project, url: &str) -> String {
+    let run = p.run(&[
+        "exec",
+        "--",
+        "curl",
+        "-s",
+        "-m",
+        "5",
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code}",
+        url,
+    ]);
+    run.stdout.trim().to_owned()
+}
+
+/// Host pids of the `airlock __proxy` children serving this world's sandboxes.
+fn proxy_pids(p: &Project) -> Vec<u32> {
+    let runtime = p.runtime_root();
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        let args: Vec<String> = cmdline
+            .split(|b| *b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        if args.get(1).map(String::as_str) == Some("__proxy")
+            && args
+                .get(2)
+                .is_some_and(|d| Path::new(d).starts_with(&runtime))
+        {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+fn signal(pid: u32, sig: &str) {
+    let st = std::process::Command::new("kill")
+        .args([&format!("-{sig}"), &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+}
+
+fn epoch(p: &Project) -> serde_json::Value {
+    p.status()["epoch"].clone()
+}
+
+#[test]
+fn policy_allow_and_deny_apply_to_a_running_sandbox_without_restart() {
+    let p = Project::new();
+    let web = http_server(None);
+    p.env.write_user_config(&user_config(&[], None, ""));
+    p.up();
+    let url = format!("http://web.test:{}/", web.port());
+    let before = epoch(&p);
+    assert_eq!(status_of(&p, &url), "403");
+    let host = format!("web.test:{}", web.port());
+    let allow = p.run(&["policy", "allow", &host, "--json"]);
+    allow.assert_code(0);
+    assert_eq!(allow.json()["applied_live"], true, "{}", allow.stdout);
+    assert_eq!(status_of(&p, &url), "200");
+    let deny = p.run(&["policy", "deny", &host, "--json"]);
+    deny.assert_code(0);
+    assert_eq!(deny.json()["applied_live"], true, "{}", deny.stdout);
+    assert_eq!(status_of(&p, &url), "403");
+    assert_eq!(epoch(&p), before, "the sandbox was restarted");
+}
+
+#[test]
+fn a_stopped_proxy_leaves_the_sandbox_offline_and_a_killed_one_returns_with_the_current_policy() {
+    let p = Project::new();
+    let web = http_server(None);
+    let host = format!("web.test:{}", web.port());
+    p.env
+        .write_user_config(&user_config(std::slice::from_ref(&host), None, ""));
+    p.up();
+    let url = format!("http://web.test:{}/", web.port());
+    assert_eq!(status_of(&p, &url), "200");
+    let first = proxy_pids(&p);
+    assert_eq!(first.len(), 1, "{first:?}");
+
+    // Down (stopped): nothing gets out another way (fail closed).
+    signal(first[0], "STOP");
+    assert_eq!(status_of(&p, &url), "000");
+    let seen_before = web.seen.all();
+
+    // The user config changes behind the proxy's back; then the proxy dies.
+    p.env.write_user_config(&user_config(&[], None, ""));
+    signal(first[0], "KILL");
+    let mut second = Vec::new();
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            second = proxy_pids(&p);
+            second.len() == 1 && second != first
+        }),
+        "the keeper did not restart the proxy: {second:?}"
+    );
+    // Back, with the policy in force now (the allow rule is gone).
+    assert_eq!(status_of(&p, &url), "403");
+    p.env
+        .write_user_config(&user_config(std::slice::from_ref(&host), None, ""));
+    signal(second[0], "KILL");
+    assert!(wait_until(Duration::from_secs(10), || {
+        let now = proxy_pids(&p);
+        now.len() == 1 && now != second
+    }));
+    assert_eq!(status_of(&p, &url), "200");
+    assert_eq!(seen_before.matches("GET ").count(), 1);
+}
+
+#[test]
+fn a_configured_host_port_is_reachable_inside_and_no_other_host_port_is() {
+    let rt = Rt::invoker();
+    let exposed = http_server(None);
+    let hidden = http_server(None);
+    let extra = format!("\n[[network.host_port]]\nport = {}\n", exposed.port());
+    rt.env.write_user_config(&user_config(&[], None, &extra));
+    let run = rt.sh(
+        &[],
+        &format!(
+            "curl -sS -m 10 http://127.0.0.1:{e}/db; echo exposed=$?; \
+             curl -sS -m 5 --noproxy '*' http://127.0.0.1:{h}/ >/dev/null 2>&1; echo hidden=$?",
+            e = exposed.port(),
+            h = hidden.port()
+        ),
+    );
+    let out = ok(&run);
+    assert!(
+        out.contains(GREETING) && out.contains("exposed=0"),
+        "{out}\n{}",
+        run.stderr
+    );
+    assert!(!out.contains("hidden=0"), "{out}");
+    assert!(exposed.seen.all().contains("GET /db"));
+    assert!(hidden.seen.all().is_empty());
+    assert!(host_listens(hidden.port()));
+}

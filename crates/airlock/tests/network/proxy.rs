@@ -1,0 +1,223 @@
+//! `airlock run` sandboxes against loopback servers: allowed, denied, bypass attempts, secret
+//! substitution through TLS interception (N1–N9).
+
+use super::*;
+use crate::runtime::harness::{ok, Rt};
+
+fn allowed(name: &str, server: &Server) -> String {
+    format!("{name}:{}", server.port())
+}
+
+fn curl_reaches_an_allowed_http_server(rt: Rt) {
+    let web = http_server(None);
+    rt.env
+        .write_user_config(&user_config(&[allowed("web.test", &web)], None, ""));
+    let run = rt.sh(
+        &[],
+        &format!("curl -sS -m 20 http://web.test:{}/hello?q=1", web.port()),
+    );
+    assert_eq!(ok(&run), GREETING, "{}", run.stderr);
+    let seen = web.seen.all();
+    assert!(seen.starts_with("GET /hello?q=1 HTTP/1.1"), "{seen}");
+    assert!(
+        seen.to_ascii_lowercase().contains("host: web.test:"),
+        "{seen}"
+    );
+}
+
+#[test]
+fn curl_reaches_an_allowed_loopback_http_server_through_the_proxy() {
+    curl_reaches_an_allowed_http_server(Rt::invoker());
+}
+
+#[test]
+fn curl_reaches_an_allowed_server_through_the_proxy_as_an_unprivileged_user() {
+    if let Some(rt) = Rt::unprivileged() {
+        curl_reaches_an_allowed_http_server(rt);
+    }
+}
+
+#[test]
+fn a_denied_host_gets_the_explicit_403_with_x_airlock_policy_for_http_and_connect() {
+    let rt = Rt::invoker();
+    let web = http_server(None);
+    let other = http_server(None);
+    rt.env
+        .write_user_config(&user_config(&[allowed("web.test", &web)], None, ""));
+    let run = rt.sh(
+        &[],
+        &format!(
+            "curl -sS -m 20 -i http://other.test:{p}/; echo; \
+             curl -sS -m 20 https://other.test:{p}/ 2>&1; echo connect=$?",
+            p = other.port()
+        ),
+    );
+    let out = ok(&run);
+    assert!(out.starts_with("HTTP/1.1 403"), "{out}");
+    let header = out
+        .lines()
+        .find(|l| l.to_ascii_lowercase().starts_with("x-airlock-policy:"))
+        .unwrap_or_else(|| panic!("no X-Airlock-Policy header in\n{out}"));
+    assert!(header.contains("other.test"), "{header}");
+    assert!(header.contains("airlock policy allow"), "{header}");
+    // CONNECT is answered with the same 403: curl reports the refused tunnel.
+    assert!(out.contains("403"), "{out}");
+    assert!(!out.contains("connect=0"), "{out}");
+    assert!(
+        other.seen.all().is_empty(),
+        "a denied request reached the server"
+    );
+}
+
+#[test]
+fn a_process_ignoring_the_proxy_variables_cannot_connect_anywhere() {
+    let rt = Rt::invoker();
+    let web = http_server(None);
+    rt.env
+        .write_user_config(&user_config(&[allowed("web.test", &web)], None, ""));
+    // Direct connections: the host's loopback server, the name without the proxy, and an
+    // outside address. The sandbox's network namespace has loopback only (I9, N1).
+    let script = format!(
+        "curl -sS -m 5 --noproxy '*' http://127.0.0.1:{p}/ >/dev/null 2>&1; echo a=$?; \
+         env -u http_proxy -u HTTP_PROXY -u ALL_PROXY -u all_proxy \
+           curl -sS -m 5 http://web.test:{p}/ >/dev/null 2>&1; echo b=$?; \
+         curl -sS -m 5 --noproxy '*' http://1.1.1.1/ >/dev/null 2>&1; echo c=$?; \
+         ip -o addr 2>/dev/null | grep -v ' lo ' | grep -c inet || true",
+        p = web.port()
+    );
+    let run = rt.sh(&[], &script);
+    let out = ok(&run);
+    for key in ["a=", "b=", "c="] {
+        let line = out.lines().find(|l| l.starts_with(key)).unwrap();
+        assert_ne!(
+            line,
+            format!("{key}0"),
+            "a direct connection succeeded: {out}"
+        );
+    }
+    assert!(web.seen.all().is_empty(), "the server was reached directly");
+}
+
+#[test]
+fn https_to_a_secret_bound_host_carries_the_real_value_while_the_sandbox_sees_a_placeholder() {
+    let rt = Rt::invoker();
+    let ca = TestCa::new(rt.env.root());
+    let secure = https_server(&ca, "secure.test", None);
+    let host = allowed("secure.test", &secure);
+    rt.env
+        .write_user_config(&user_config(&[host.clone()], Some(&ca), ""));
+    let set = rt.run_args(
+        &[
+            "secret",
+            "set",
+            "API_TOKEN",
+            "--host",
+            &host,
+            "--header",
+            "Authorization: Bearer {value}",
+        ],
+        Some(format!("{SECRET_VALUE}\n").as_bytes()),
+    );
+    set.assert_code(0);
+    // No certificate flag: the interception CA is in the bundle the variables point at, and in
+    // the system bundle itself.
+    let script = format!(
+        "curl -sS -m 20 https://secure.test:{p}/api -H \"X-Token: $API_TOKEN\" && \
+         curl -sS -m 20 --cacert /etc/ssl/certs/ca-certificates.crt \
+           https://secure.test:{p}/again && \
+         echo \"placeholder=$API_TOKEN\"; \
+         env; cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n'; \
+         cat /run/airlock/*.crt; true",
+        p = secure.port()
+    );
+    let run = rt.sh(&[], &script);
+    let out = ok(&run);
+    assert!(out.contains(GREETING), "{out}\n{}", run.stderr);
+    assert!(out.contains("placeholder=airlock-secret-"), "{out}");
+    assert!(
+        !out.contains(SECRET_VALUE),
+        "the secret value is visible inside the sandbox"
+    );
+    let seen = secure.seen.all();
+    assert!(seen.contains("GET /api HTTP/1.1"), "{seen}");
+    assert!(
+        seen.contains(&format!("x-token: {SECRET_VALUE}")),
+        "the placeholder was not replaced in the header:\n{seen}"
+    );
+    assert!(
+        seen.to_ascii_lowercase().contains(&format!(
+            "authorization: bearer {}",
+            SECRET_VALUE.to_ascii_lowercase()
+        )),
+        "the header template was not applied:\n{seen}"
+    );
+    assert!(
+        !seen.contains("airlock-secret-"),
+        "a placeholder reached the server:\n{seen}"
+    );
+    // N8: the value is in the secret store and nowhere else airlock writes (state, runtime,
+    // config, audit log), nor in what it printed.
+    let hits = files_containing(rt.env.root(), SECRET_VALUE.as_bytes());
+    let store = rt.env.data_home().join("airlock/secrets/API_TOKEN.json");
+    assert_eq!(hits, vec![store], "the secret value is in other files");
+    assert!(!run.stderr.contains(SECRET_VALUE) && !set.stdout.contains(SECRET_VALUE));
+    // N7: the audit log names the secret, never its value.
+    let audits = files_containing(&rt.env.state_home(), b"API_TOKEN");
+    assert!(
+        audits.iter().any(|p| p.ends_with("audit.jsonl")),
+        "no audit entry names the secret: {audits:?}"
+    );
+}
+
+#[test]
+fn a_placeholder_sent_to_another_host_is_not_replaced() {
+    let rt = Rt::invoker();
+    let web = http_server(None);
+    rt.env
+        .write_user_config(&user_config(&[allowed("web.test", &web)], None, ""));
+    rt.run_args(
+        &["secret", "set", "API_TOKEN", "--host", "secure.test"],
+        Some(format!("{SECRET_VALUE}\n").as_bytes()),
+    )
+    .assert_code(0);
+    let run = rt.sh(
+        &[],
+        &format!(
+            "curl -sS -m 20 http://web.test:{}/ -H \"X-Token: $API_TOKEN\"",
+            web.port()
+        ),
+    );
+    ok(&run);
+    let seen = web.seen.all();
+    assert!(seen.contains("x-token: airlock-secret-"), "{seen}");
+    assert!(
+        !seen.contains(SECRET_VALUE),
+        "substituted for an unbound host"
+    );
+}
+
+#[test]
+fn tunnelled_https_is_not_intercepted_and_the_client_verifies_the_real_server() {
+    let rt = Rt::invoker();
+    let ca = TestCa::new(rt.env.root());
+    let web = https_server(&ca, "web.test", None);
+    rt.env
+        .write_user_config(&user_config(&[allowed("web.test", &web)], None, ""));
+    // The test CA must be readable inside: put a copy in the workspace.
+    let inside = rt.project.join("upstream-ca.pem");
+    std::fs::copy(&ca.pem_path, &inside).unwrap();
+    let run = rt.sh(
+        &[],
+        &format!(
+            "curl -sS -m 20 --cacert {ca} https://web.test:{p}/t; echo with=$?; \
+             curl -sS -m 20 https://web.test:{p}/t >/dev/null 2>&1; echo without=$?",
+            ca = inside.display(),
+            p = web.port()
+        ),
+    );
+    let out = ok(&run);
+    assert!(out.contains(GREETING) && out.contains("with=0"), "{out}");
+    // Without the upstream's CA the client refuses: the proxy did not substitute its own
+    // certificate (no secret is bound to this host).
+    assert!(!out.contains("without=0"), "{out}");
+}

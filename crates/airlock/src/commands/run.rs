@@ -144,6 +144,7 @@ pub fn run(args: RunArgs, ctx: &Context) -> Result<Report, CommandError> {
     cgroup.destroy();
     phases.done("cgroup-remove");
     egress.stop();
+    phases.done("egress-stop");
     let status = outcome?;
     if let Err(e) = destroyed {
         eprintln!("airlock: warning: {e}");

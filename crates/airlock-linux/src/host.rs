@@ -3,14 +3,20 @@
 //! [`Sandbox::start`] is the start sequence, in order:
 //! 1. Decide the id maps ([`crate::idmap::plan`]); refuse at once when `--root` was required and
 //!    the host cannot provide a root identity (with the exact reason).
-//! 2. Create the sandbox's 0700 runtime directory, and in it the per-epoch key (32 random
-//!    bytes, 0600) and an empty `scratch` directory the init stage mounts its tmpfs on.
+//! 2. Create the sandbox's 0700 runtime directory, and in it the owner marker (`pid start-time`,
+//!    see [`sweep_stale`]), the per-epoch key (32 random bytes, 0600) and an empty `scratch`
+//!    directory the init stage mounts its tmpfs on.
 //! 3. Create the control socketpair, the handshake socketpair and the bootstrap pipe, all
 //!    close-on-exec; spawn `airlock __init` with exactly those three at fixed numbers and an empty
 //!    environment (nothing of the host environment reaches the guest implicitly).
 //! 4. Send the bootstrap message (spec and key) through the pipe, then run the handshake:
 //!    `unshared` → write the id maps and join the cgroup → `mapped` → `pid1 N` → `ready`.
-//!    Any failure kills the init stage and removes everything created above.
+//!    Any failure kills the init stage and removes everything created above; each step may take
+//!    at most [`START_TIMEOUT`].
+//!
+//! [`Sandbox::destroy`] closes the control socket (the guest kills its process groups and
+//! exits), waits for PID 1's pidfd, kills it after the grace period, reaps the init stage and
+//! removes the runtime directory.
 //!
 //! Lifetime: the init stage has `PR_SET_PDEATHSIG(SIGKILL)` bound to the *thread* that spawned
 //! it, so call `start` from a thread that lives as long as the sandbox (the main thread).

@@ -8,7 +8,9 @@
 //! 2. Read the bootstrap message, then `unshare` user, mount, pid, net, uts and ipc namespaces.
 //!    The user namespace is unshared in the same call, always, also for root (I1).
 //! 3. Tell the host `unshared`; it writes the id maps (it may: it is the parent, in the parent
-//!    namespace) and moves us into the sandbox's cgroup; wait for `mapped`.
+//!    namespace) and moves us into the sandbox's cgroup; wait for `mapped`. Only then become
+//!    non-dumpable (earlier, `/proc/PID/uid_map` would turn root-owned and unwritable for an
+//!    unprivileged host); PID 1 inherits it.
 //! 4. Become root of the new user namespace when a root identity exists (so the files we create
 //!    belong to it), then unshare the cgroup namespace (after joining the cgroup, so its root is
 //!    the sandbox's own cgroup).
@@ -17,8 +19,9 @@
 //!    through PID 1's PDEATHSIG, which tears down the whole PID namespace.
 //! 6. PID 1: PDEATHSIG again (and a parent-liveness check through a pipe, since `getppid` is 0
 //!    across a PID namespace), non-dumpable (I7: sandbox processes cannot open `/proc/1/*` or
-//!    ptrace it), rootfs and `pivot_root`, hostname, loopback up, `ready`, then the caller runs
-//!    the guest with the returned [`Handoff`].
+//!    ptrace it), rootfs and `pivot_root`, hostname, loopback up, the caller's `preflight`
+//!    (the compiled seccomp program), `ready`, then the caller runs the guest with the returned
+//!    [`Handoff`].
 
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;

@@ -24,7 +24,7 @@ pub const SYNC_FD: RawFd = 4;
 pub const CONTROL_FD: RawFd = 5;
 /// The first descriptor number the init stage closes at start.
 pub const FIRST_UNUSED_FD: u32 = 6;
-/// Argv[1] of the init stage.
+/// `argv[1]` of the init stage.
 pub const INIT_VERB: &str = "__init";
 /// Failure stages reported by the init stage: creating namespaces (the host cannot provide the
 /// backend), building the root filesystem, anything else.

@@ -222,11 +222,11 @@ async fn non_tls_bytes_after_connect_to_a_name_are_refused() {
     .await;
     let (_, stream) = connect(w.addr, &format!("{API}:{port}")).await;
     let mut s = stream.unwrap();
-    s.write_all(format!("GET / HTTP/1.1\r\nHost: {API}\r\n\r\n").as_bytes())
-        .await
-        .unwrap();
+    let request = format!("GET / HTTP/1.1\r\nHost: {API}\r\nConnection: close\r\n\r\n");
+    s.write_all(request.as_bytes()).await.unwrap();
     let mut out = Vec::new();
-    let _ = s.read_to_end(&mut out).await;
+    let read = tokio::time::timeout(std::time::Duration::from_secs(10), s.read_to_end(&mut out));
+    let _ = read.await;
     assert!(
         !String::from_utf8_lossy(&out).contains("uri="),
         "the upstream must not be reached"

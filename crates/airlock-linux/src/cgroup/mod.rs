@@ -101,30 +101,36 @@ pub struct CgroupLimits {
 /// One hierarchy a sandbox cgroup lives in.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Hierarchy {
-    /// Where the `airlock` parent directory is created.
+    /// Where the `airlock` parent directory is created. Preferably the hierarchy's root: the
+    /// same for every session of every user, so any later airlock command (`status`, `down`,
+    /// `clean`) finds a sandbox's cgroup no matter which login session or service cgroup it
+    /// runs in.
     pub base: PathBuf,
     /// Controllers this hierarchy provides (v1: the controllers of its mount; v2: all three).
     pub controllers: Vec<Controller>,
     pub v2: bool,
-    /// v1 only: the hierarchy's root, used instead of `base` when this user may not create
-    /// cgroups below its own cgroup but an administrator delegated `<root>/airlock` to it
-    /// (the fix `airlock doctor` prints; stable across login sessions).
-    pub delegated_root: Option<PathBuf>,
+    /// Used instead of `base` when this user may not create cgroups there: on v2 the parent of
+    /// our own cgroup (a delegated subtree such as systemd's `user@.service`; the "no internal
+    /// processes" rule forbids controllers below a cgroup holding processes, so sandboxes are
+    /// siblings of our own cgroup), on v1 our own cgroup.
+    pub fallback: Option<PathBuf>,
 }
 
 impl Hierarchy {
     /// Picks where this user creates sandbox cgroups: `base` when it (or its `airlock`
-    /// directory) is writable, else a delegated `<root>/airlock`, else `base` (whose `mkdir`
-    /// then fails as not delegated).
+    /// directory, delegated by an administrator) is writable, else `fallback` when that is,
+    /// else `base` (whose `mkdir` then fails as not delegated, naming the stable place the fix
+    /// of `airlock doctor` delegates).
     pub fn resolve_for_user(mut self, writable: impl Fn(&Path) -> bool) -> Hierarchy {
         let usable = |dir: &Path| writable(dir) || writable(&dir.join(PARENT_DIR));
         if !usable(&self.base) {
-            if let Some(root) = self.delegated_root.take() {
-                if writable(&root.join(PARENT_DIR)) {
-                    self.base = root;
+            if let Some(fallback) = self.fallback.take() {
+                if usable(&fallback) {
+                    self.base = fallback;
                 }
             }
         }
+        self.fallback = None;
         self
     }
 }
@@ -138,32 +144,27 @@ pub fn writable_by_me(dir: &Path) -> bool {
     .is_ok()
 }
 
-/// Directories in which airlock's `airlock` parent cgroup lives (one per hierarchy used), or
+/// Directories in which this process's sandbox cgroups live (the `airlock` parent is below
+/// each), one per hierarchy used, resolved for this user exactly as [`Cgroup::create`] does;
 /// `None` when no hierarchy offers memory, pids and cpu.
-///
-/// v2: the parent of this process's cgroup (the "no internal processes" rule forbids enabling
-/// controllers below a cgroup that holds processes, so sandboxes are siblings of our own
-/// cgroup), or the root when we sit in it. v1: this process's cgroup in each controller's
-/// hierarchy, so sandbox limits nest inside whatever limits airlock itself runs under.
 pub fn base_dirs(layout: &Layout) -> Option<Vec<PathBuf>> {
-    hierarchies(layout).map(|hs| hs.into_iter().map(|h| h.base).collect())
+    hierarchies(layout).map(|hs| {
+        hs.into_iter()
+            .map(|h| h.resolve_for_user(writable_by_me).base)
+            .collect()
+    })
 }
 
-/// The hierarchies a sandbox cgroup is created in, v2 preferred; see [`base_dirs`].
+/// The hierarchies a sandbox cgroup is created in, v2 preferred, before resolving for the
+/// user (see [`Hierarchy::resolve_for_user`]).
 pub fn hierarchies(layout: &Layout) -> Option<Vec<Hierarchy>> {
     if let (Some(v2), true) = (&layout.v2, layout.v2_missing().is_empty()) {
-        let base = if v2.own_dir == v2.mount_point {
-            v2.own_dir.clone()
-        } else {
-            v2.own_dir
-                .parent()
-                .map_or_else(|| v2.own_dir.clone(), PathBuf::from)
-        };
+        let sibling = v2.own_dir.parent().map(PathBuf::from);
         return Some(vec![Hierarchy {
-            base,
+            base: v2.mount_point.clone(),
             controllers: Controller::ALL.to_vec(),
             v2: true,
-            delegated_root: None,
+            fallback: sibling.filter(|_| v2.own_dir != v2.mount_point),
         }]);
     }
     if !layout.v1_missing().is_empty() {
@@ -171,13 +172,13 @@ pub fn hierarchies(layout: &Layout) -> Option<Vec<Hierarchy>> {
     }
     let mut out: Vec<Hierarchy> = Vec::new();
     for m in &layout.v1 {
-        match out.iter_mut().find(|h| h.base == m.own_dir) {
+        match out.iter_mut().find(|h| h.base == m.mount_point) {
             Some(h) => h.controllers.push(m.controller),
             None => out.push(Hierarchy {
-                base: m.own_dir.clone(),
+                base: m.mount_point.clone(),
                 controllers: vec![m.controller],
                 v2: false,
-                delegated_root: (m.own_dir != m.mount_point).then(|| m.mount_point.clone()),
+                fallback: (m.own_dir != m.mount_point).then(|| m.own_dir.clone()),
             }),
         }
     }

@@ -64,17 +64,22 @@ pub fn sweep_stale() -> Result<Vec<PathBuf>, CgroupError> {
     let layout = Layout::detect().map_err(CgroupError::Detect)?;
     match hierarchies(&layout) {
         Some(hs) => {
-            // Both places a sandbox cgroup may live: below our own cgroup and, for rootless
-            // v1, below an administrator-delegated root.
-            let mut all = hs.clone();
-            all.extend(hs.into_iter().filter_map(|h| {
-                let root = h.delegated_root.clone()?;
-                Some(Hierarchy {
-                    base: root,
-                    delegated_root: None,
+            // Every place a sandbox cgroup may live: the hierarchy root and the fallback below
+            // or beside our own cgroup.
+            let mut all = Vec::new();
+            for h in hs {
+                if let Some(fallback) = h.fallback.clone() {
+                    all.push(Hierarchy {
+                        base: fallback,
+                        fallback: None,
+                        ..h.clone()
+                    });
+                }
+                all.push(Hierarchy {
+                    fallback: None,
                     ..h
-                })
-            }));
+                });
+            }
             sweep_stale_in(&all, Path::new("/proc"))
         }
         None => Ok(Vec::new()),

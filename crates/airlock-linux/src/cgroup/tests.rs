@@ -12,7 +12,7 @@ fn v1(base: &Path, controllers: &[Controller]) -> Hierarchy {
         base: base.to_path_buf(),
         controllers: controllers.to_vec(),
         v2: false,
-        delegated_root: None,
+        fallback: None,
     }
 }
 
@@ -21,7 +21,7 @@ fn v2(base: &Path) -> Hierarchy {
         base: base.to_path_buf(),
         controllers: Controller::ALL.to_vec(),
         v2: true,
-        delegated_root: None,
+        fallback: None,
     }
 }
 
@@ -103,7 +103,7 @@ fn names_that_could_escape_the_parent_are_rejected() {
 }
 
 #[test]
-fn hybrid_layout_groups_v1_mounts_by_directory() {
+fn hybrid_layout_puts_v1_sandboxes_at_each_hierarchy_root() {
     let mi = "1 0 0:1 / /cg/unified rw - cgroup2 cgroup2 rw\n2 0 0:2 / /cg/memory rw - cgroup cgroup rw,memory\n3 0 0:3 / /cg/pids rw - cgroup cgroup rw,pids\n4 0 0:4 / /cg/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct\n";
     let layout = Layout::from_texts(
         mi,
@@ -115,41 +115,43 @@ fn hybrid_layout_groups_v1_mounts_by_directory() {
     assert_eq!(
         hs[0],
         Hierarchy {
-            delegated_root: Some(PathBuf::from("/cg/memory")),
-            ..v1(Path::new("/cg/memory/jobs/1"), &[Controller::Memory])
+            fallback: Some(PathBuf::from("/cg/memory/jobs/1")),
+            ..v1(Path::new("/cg/memory"), &[Controller::Memory])
         }
     );
     assert_eq!(
         hs[1],
         v1(Path::new("/cg/pids"), &[Controller::Pids]),
-        "root cgroup: no alternative"
+        "root cgroup: no fallback"
     );
     assert!(hs.iter().all(|h| !h.v2));
 }
 
 #[test]
-fn rootless_v1_uses_an_administrator_delegated_root_directory() {
+fn sandbox_cgroups_stay_at_the_root_unless_only_our_own_cgroup_is_writable() {
     let h = Hierarchy {
-        delegated_root: Some(PathBuf::from("/cg/memory")),
-        ..v1(
-            Path::new("/cg/memory/user.slice/session-3.scope"),
-            &[Controller::Memory],
-        )
+        fallback: Some(PathBuf::from("/cg/memory/user.slice/session-3.scope")),
+        ..v1(Path::new("/cg/memory"), &[Controller::Memory])
     };
+    // Root, or a user an administrator delegated `<root>/airlock` to: the stable place.
+    let root = h.clone().resolve_for_user(|_| true);
+    assert_eq!(root.base, PathBuf::from("/cg/memory"));
     let delegated = h
         .clone()
         .resolve_for_user(|p| p == Path::new("/cg/memory/airlock"));
     assert_eq!(delegated.base, PathBuf::from("/cg/memory"));
-    let own = h.clone().resolve_for_user(|_| true);
+    // Only our own cgroup is writable (e.g. a container's): use it.
+    let own = h
+        .clone()
+        .resolve_for_user(|p| p.starts_with("/cg/memory/user.slice"));
     assert_eq!(
         own.base,
         PathBuf::from("/cg/memory/user.slice/session-3.scope")
     );
+    // Nothing writable: the root, so the error names what doctor's fix delegates.
     let nothing = h.resolve_for_user(|_| false);
-    assert_eq!(
-        nothing.base,
-        PathBuf::from("/cg/memory/user.slice/session-3.scope")
-    );
+    assert_eq!(nothing.base, PathBuf::from("/cg/memory"));
+    assert_eq!(nothing.fallback, None);
 }
 
 #[test]
@@ -160,9 +162,16 @@ fn delegated_v2_places_sandboxes_beside_our_own_cgroup() {
         "0::/user.slice/u@1000.service/app.slice/me.scope\n",
         |_| Some("cpu memory pids".into()),
     );
+    let h = hierarchies(&layout).unwrap().remove(0);
+    assert_eq!(h.base, PathBuf::from("/cg"));
+    let app_slice = PathBuf::from("/cg/user.slice/u@1000.service/app.slice");
+    assert_eq!(h.fallback.as_ref(), Some(&app_slice));
+    let user = h.clone().resolve_for_user(|p| p.starts_with(&app_slice));
+    assert_eq!(user.base, app_slice);
     assert_eq!(
-        base_dirs(&layout).unwrap(),
-        [PathBuf::from("/cg/user.slice/u@1000.service/app.slice")]
+        h.resolve_for_user(|_| true).base,
+        PathBuf::from("/cg"),
+        "root uses the root"
     );
 }
 

@@ -502,11 +502,7 @@ fn create_check(layout: &Layout, invoker: &Invoker, writable: &dyn Fn(&Path) -> 
         blocked
             .iter()
             .map(|h| {
-                let dir = h
-                    .delegated_root
-                    .as_ref()
-                    .unwrap_or(&h.base)
-                    .join(PARENT_DIR);
+                let dir = h.base.join(PARENT_DIR);
                 format!("mkdir -p {0} && chown {1} {0}", dir.display(), invoker.name)
             })
             .collect::<Vec<_>>()

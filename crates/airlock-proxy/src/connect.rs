@@ -125,6 +125,18 @@ async fn take_over<S: ClientStream>(req: Request<Incoming>, tunnel: Tunnel, upst
     }
 }
 
+impl Tunnel {
+    /// Audits an interception that ended before any request (the connection is closed).
+    fn audit_failed(&self, why: &str) {
+        let (host, port) = (&self.target.host, self.target.port);
+        let rule = self.target.rule.clone();
+        let mut entry = self.start.entry(host, port, Verdict::Allow, rule, 502);
+        entry.mode = Mode::Intercept;
+        entry.warnings.push(why.to_owned());
+        self.shared.audit.append(&entry);
+    }
+}
+
 /// A client connection the tunnel can carry: raw sockets go through `splice(2)`, anything else
 /// (a hyper upgrade that could not be unwrapped) through a user-space copy.
 pub(crate) trait ClientStream:
@@ -267,7 +279,9 @@ impl Tunnel {
         let tls = match tokio_rustls::TlsAcceptor::from(config).accept(client).await {
             Ok(s) => s,
             Err(e) => {
-                tracing::debug!(error = %e, %host, "client TLS handshake with the airlock CA failed");
+                self.audit_failed(&format!(
+                    "the client refused the airlock interception certificate ({e}); is the airlock CA in its trust store?"
+                ));
                 return;
             }
         };

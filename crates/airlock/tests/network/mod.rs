@@ -148,15 +148,24 @@ fn answer<S: Read + Write>(mut stream: S, root: Option<&Path>, seen: &Seen) {
             .next()
             .unwrap_or("/")
             .to_owned();
+        let mut file = path.trim_start_matches('/').to_owned();
+        if file.is_empty() || file.ends_with('/') {
+            file.push_str("index.html");
+        }
         let (status, body) = match root {
-            Some(root) => match std::fs::read(root.join(path.trim_start_matches('/'))) {
+            Some(root) => match std::fs::read(root.join(&file)) {
                 Ok(bytes) => ("200 OK", bytes),
                 Err(_) => ("404 Not Found", b"not found\n".to_vec()),
             },
             None => ("200 OK", GREETING.as_bytes().to_vec()),
         };
+        let kind = if file.ends_with(".html") {
+            "text/html"
+        } else {
+            "application/octet-stream"
+        };
         let reply = format!(
-            "HTTP/1.1 {status}\r\nContent-Length: {}\r\nContent-Type: application/octet-stream\r\n\r\n",
+            "HTTP/1.1 {status}\r\nContent-Length: {}\r\nContent-Type: {kind}\r\n\r\n",
             body.len()
         );
         if stream.write_all(reply.as_bytes()).is_err()

@@ -105,7 +105,7 @@ fn https_to_a_secret_bound_host_carries_the_real_value_while_the_sandbox_sees_a_
     let secure = https_server(&ca, "secure.test", None);
     let host = allowed("secure.test", &secure);
     rt.env
-        .write_user_config(&user_config(&[host.clone()], Some(&ca), ""));
+        .write_user_config(&user_config(std::slice::from_ref(&host), Some(&ca), ""));
     let set = rt.run_args(
         &[
             "secret",

@@ -95,9 +95,8 @@ impl ProxySupervisor {
     /// When the child has exited, starts a new one (with the configuration in force now).
     /// `Ok(false)`: it is alive, nothing done.
     pub fn restart_if_dead(&mut self) -> Result<bool, SupervisorError> {
-        match self.child.try_wait() {
-            Ok(None) => return Ok(false),
-            Ok(Some(_)) | Err(_) => {}
+        if self.is_alive() {
+            return Ok(false);
         }
         let fresh = ProxySupervisor::spawn(self.start.clone())?;
         let old = std::mem::replace(self, fresh);

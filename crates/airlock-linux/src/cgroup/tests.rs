@@ -566,3 +566,38 @@ fn v2_destroy_kills_members_with_cgroup_kill_and_removes_the_directory() {
     );
     assert!(!path.exists());
 }
+
+#[test]
+fn create_marks_its_directories_refuses_duplicates_and_destroy_removes_them() {
+    // T1 on a fake tree: no limits (a plain directory has no control files), one v1 hierarchy.
+    let tmp = tempfile::tempdir().unwrap();
+    let h = v1(tmp.path(), &[Controller::Pids]);
+    let name = unique("fake");
+    let cg = Cgroup::create_in(vec![h.clone()], &name, &CgroupLimits::default()).unwrap();
+    let dir = tmp.path().join(PARENT_DIR).join(&name);
+    assert_eq!(cg.paths(), std::slice::from_ref(&dir));
+    let mut buf = [0u8; 64];
+    let n = rustix::fs::getxattr(&dir, OWNER_XATTR, &mut buf).unwrap();
+    let owner = OwnerMark::decode(std::str::from_utf8(&buf[..n]).unwrap()).unwrap();
+    assert_eq!(
+        owner,
+        OwnerMark::current(),
+        "the owner mark names this process"
+    );
+    let n = rustix::fs::getxattr(tmp.path().join(PARENT_DIR), PARENT_XATTR, &mut buf).unwrap();
+    assert_eq!(&buf[..n], b"parent");
+    match Cgroup::create_in(vec![h], &name, &CgroupLimits::default()) {
+        Err(CgroupError::AlreadyExists { path }) => assert_eq!(path, dir),
+        other => panic!("a second sandbox must not share the cgroup: {other:?}"),
+    }
+    assert!(
+        dir.exists(),
+        "the failed create must not remove the existing cgroup"
+    );
+    cg.destroy(Duration::from_secs(1)).unwrap();
+    assert!(!dir.exists());
+    assert!(
+        !tmp.path().join(PARENT_DIR).exists(),
+        "an empty parent is removed too"
+    );
+}

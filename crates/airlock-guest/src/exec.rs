@@ -11,9 +11,12 @@
 //!    passed, for background processes that keep the descriptors open), sends `exited` /
 //!    `signaled` and shuts the stream down.
 //!
-//! Stdin is written by its own thread through a bounded queue, so a process that does not
-//! read its input never blocks `resize` or `signal`. A host that disappears mid-run hangs the
-//! process up (`SIGHUP` to its group), as a closed terminal would.
+//! Stdin is written by its own thread through a bounded queue ([`STDIN_QUEUE`] chunks), so a
+//! process that is slow to read its input does not block `resize` or `signal`. Known limit:
+//! the stream has no per-channel flow control, so once that queue is full (a process that
+//! never reads while the host keeps sending) later control messages wait behind the stdin
+//! bytes until the process reads or exits. A host that disappears mid-run hangs the process
+//! up (`SIGHUP` to its group), as a closed terminal would.
 
 use std::collections::BTreeMap;
 use std::os::fd::OwnedFd;
@@ -43,7 +46,7 @@ pub const DRAIN_GRACE: Duration = Duration::from_millis(250);
 /// Largest chunk read from the process's output (well under the frame limit).
 const CHUNK: usize = 64 * 1024;
 /// Stdin chunks queued for a process that is not reading.
-const STDIN_QUEUE: usize = 64;
+pub const STDIN_QUEUE: usize = 64;
 /// `PATH` when neither the base environment nor the request sets one.
 const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 

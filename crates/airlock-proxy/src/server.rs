@@ -52,6 +52,30 @@ pub struct ProxyConfig {
     pub ca_dir: PathBuf,
 }
 
+impl ProxyConfig {
+    /// The configuration for a sandbox whose effective `[network]` settings are `network`
+    /// (policy with agent hosts, `[network.hosts]`, `extra_ca`).
+    pub fn from_network(
+        network: &airlock_config::effective::Network,
+        bindings: SecretBindings,
+        audit_path: PathBuf,
+        ca_dir: PathBuf,
+    ) -> ProxyConfig {
+        ProxyConfig {
+            policy: network.policy(),
+            hosts: network
+                .hosts
+                .iter()
+                .map(|h| (h.name.clone(), h.address))
+                .collect(),
+            extra_roots: network.extra_ca.clone(),
+            bindings,
+            audit_path,
+            ca_dir,
+        }
+    }
+}
+
 /// What can stop the proxy from starting.
 #[derive(Debug, thiserror::Error)]
 pub enum ProxyError {

@@ -112,3 +112,48 @@ async fn unix_socket_listener_serves_the_sandbox_and_shutdown_closes_it() {
         "a stopped proxy leaves the sandbox offline"
     );
 }
+
+#[tokio::test]
+async fn config_from_the_effective_network_carries_policy_hosts_and_agent_rules() {
+    use airlock_config::effective::{HostEntry, Network, Origin, Sourced};
+    let up = http_echo().await;
+    let port = up.port();
+    let network = Network {
+        preset: Sourced {
+            value: airlock_config::raw::Preset::None,
+            origin: Origin::User,
+        },
+        rules: vec![rule(Action::Allow, &format!("{API}:{port}"))],
+        agent_hosts: vec![],
+        ignored: vec![],
+        hosts: vec![HostEntry {
+            name: API.into(),
+            address: "127.0.0.1".parse().unwrap(),
+            origin: Origin::User,
+        }],
+        host_ports: vec![],
+        extra_ca: vec![],
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = ProxyConfig::from_network(
+        &network,
+        airlock_secrets::SecretBindings::empty(),
+        tmp.path().join("audit.jsonl"),
+        tmp.path().join("ca"),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let proxy = Proxy::start(cfg, ProxyListener::Tcp(listener)).unwrap();
+    let addr = proxy.local_tcp_addr().unwrap();
+    assert_eq!(
+        http_via(addr, &format!("http://{API}:{port}/"), &[], "")
+            .await
+            .status,
+        200
+    );
+    assert_eq!(
+        http_via(addr, "http://elsewhere.test.example/", &[], "")
+            .await
+            .status,
+        403
+    );
+}

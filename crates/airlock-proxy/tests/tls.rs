@@ -201,3 +201,54 @@ async fn requests_reusing_one_intercepted_connection_each_get_the_value() {
         .iter()
         .all(|e| e.mode == Mode::Intercept && e.secrets == ["TOKEN"]));
 }
+
+#[tokio::test]
+async fn a_restarted_proxy_keeps_the_ca_and_the_placeholders() {
+    let (w, port) = https_world(true).await;
+    let ph = w.set_secret("TOKEN", &[&format!("{API}:{port}")], None, allow(port));
+    let ca_before = w.proxy.ca().unwrap().cert_pem().to_owned();
+    let World {
+        tmp,
+        test_ca,
+        proxy,
+        audit_path,
+        ca_dir,
+        store,
+        ..
+    } = w;
+    proxy.shutdown().await;
+    let cfg = airlock_proxy::ProxyConfig {
+        policy: allow(port),
+        hosts: [(API.to_owned(), "127.0.0.1".parse().unwrap())].into(),
+        extra_roots: vec![tmp.path().join("test-ca.pem")],
+        bindings: airlock_secrets::SecretStore::open(&tmp.path().join("data"))
+            .unwrap()
+            .bindings()
+            .unwrap(),
+        audit_path,
+        ca_dir,
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let proxy =
+        airlock_proxy::Proxy::start(cfg, airlock_proxy::ProxyListener::Tcp(listener)).unwrap();
+    assert_eq!(proxy.ca().unwrap().cert_pem(), ca_before);
+    let addr = proxy.local_tcp_addr().unwrap();
+    let r = https_via(
+        addr,
+        &format!("{API}:{port}"),
+        API,
+        client_tls(&[&ca_before]),
+        "/",
+        &[("x-api-key", &ph)],
+    )
+    .await
+    .unwrap();
+    assert!(
+        r.answer
+            .body
+            .contains(&format!("h:x-api-key={SECRET_VALUE}\n")),
+        "{}",
+        r.answer.body
+    );
+    drop((test_ca, store));
+}

@@ -14,6 +14,7 @@ use std::os::unix::net::UnixStream;
 use std::sync::{Arc, Mutex};
 use std::thread;
 
+use crate::frame::FrameError;
 use crate::handshake::{host_handshake, HandshakeError, Key};
 use crate::message::{
     read_packet, write_packet, ExecRequest, Message, Packet, PacketError, RemoteError,
@@ -172,7 +173,18 @@ impl ExecClient {
     ) -> Result<ExitStatus, ClientError> {
         let mut started = false;
         loop {
-            let packet = read_packet(&mut self.reader)?.ok_or(ClientError::Closed)?;
+            let packet = match read_packet(&mut self.reader) {
+                Ok(Some(packet)) => packet,
+                Ok(None) => return Err(ClientError::Closed),
+                // A peer that closes with our unread bytes in its queue resets the stream:
+                // still "closed before the status", not a transport fault.
+                Err(PacketError::Frame(FrameError::Io { op: "read", source }))
+                    if source.kind() == std::io::ErrorKind::ConnectionReset =>
+                {
+                    return Err(ClientError::Closed)
+                }
+                Err(err) => return Err(err.into()),
+            };
             match packet {
                 Packet::Control(Message::Started { .. }) if !started => started = true,
                 Packet::Control(Message::Error(err)) => return Err(ClientError::Remote(err)),

@@ -303,3 +303,23 @@ impl Read for Blocking {
         Ok(0)
     }
 }
+
+#[test]
+fn working_directory_is_honoured_and_a_missing_one_is_a_typed_error() {
+    let guest = Guest::start();
+    let mut req = request(&["pwd"]);
+    req.cwd = Some("/tmp".into());
+    let out = guest.run_with(&req, None).unwrap();
+    assert_eq!(
+        (out.status, out.stdout.as_str()),
+        (ExitStatus::Code(0), "/tmp\n")
+    );
+    req.cwd = Some("/nonexistent/airlock-cwd".into());
+    match guest.run_with(&req, None) {
+        Err(ClientError::Remote(err)) => {
+            assert_eq!(err.code, ErrorCode::SpawnFailed);
+            assert!(err.message.contains("chdir"), "{}", err.message);
+        }
+        other => panic!("{other:?}"),
+    }
+}

@@ -169,24 +169,42 @@ impl Drop for RunEgress {
     }
 }
 
-/// Creates the egress directory under `<runtime>/egress/<id>` and starts the proxy child; the
-/// audit log goes to `<state>/runs/<id>/audit.jsonl`.
+/// Creates `<runtime>/egress/<id>/` (0700, with an `owner` marker: this process's pid and start
+/// time, so a run killed before its cleanup leaves a directory the next run's sweep proves stale
+/// and removes) and in it `relay/`, the egress directory bound into the sandbox; starts the
+/// proxy child. The audit log goes to `<state>/runs/<id>/audit.jsonl`.
 fn start_egress(
     roots: &airlock_config::Roots,
     project_root: Option<PathBuf>,
     spec: &mut SandboxSpec,
 ) -> Result<RunEgress, CommandError> {
     use super::egress::{materialize, supervisor::ProxySupervisor, EgressStart};
-    let dir = roots.runtime.join("egress").join(&spec.id);
+    let base = roots.runtime.join("egress");
+    ensure_root(roots, &base)?;
+    airlock_linux::host::sweep_stale(&base);
+    let outer = base.join(&spec.id);
+    let dir = outer.join("relay");
     let image_root = match &spec.image {
         Image::Host => PathBuf::from("/"),
         Image::Directory(p) => p.clone(),
     };
     let mut guard = RunEgress {
-        dir: dir.clone(),
+        dir: outer.clone(),
         proxy: None,
     };
-    ensure_root(roots, &roots.runtime.join("egress"))?;
+    ensure_root(roots, &outer)?;
+    let me = airlock_core::ownership::process_identity(std::process::id()).map_err(|e| {
+        CommandError::internal(
+            "egress.owner",
+            format!("cannot read this process's identity: {e}"),
+        )
+    })?;
+    let marker = outer.join(airlock_linux::host::OWNER_FILE);
+    airlock_core::write_atomic(
+        &marker,
+        format!("{} {}\n", me.pid, me.start_time).as_bytes(),
+        0o600,
+    )?;
     materialize(&dir, roots, &image_root)?;
     let runs = roots.state.join("runs");
     ensure_root(roots, &runs)?;

@@ -151,3 +151,77 @@ fn a_configured_host_port_is_reachable_inside_and_no_other_host_port_is() {
     assert!(hidden.seen.all().is_empty());
     assert!(host_listens(hidden.port()));
 }
+
+/// `secret set NAME --host HOST --json` with [`SECRET_VALUE`] on stdin; returns the document.
+fn secret_set(p: &Project, name: &str, host: &str) -> serde_json::Value {
+    use std::io::Write;
+    let mut cmd = p.command(&["secret", "set", name, "--host", host, "--json"]);
+    cmd.stdin(std::process::Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(format!("{SECRET_VALUE}\n").as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn secret_set_and_rm_apply_to_a_running_sandbox_without_restart() {
+    let p = Project::new();
+    let ca = TestCa::new(p.env.root());
+    let secure = https_server(&ca, "secure.test", None);
+    let host = format!("secure.test:{}", secure.port());
+    p.env
+        .write_user_config(&user_config(std::slice::from_ref(&host), Some(&ca), ""));
+    // A secret from before the start keeps the host intercepted throughout.
+    secret_set(&p, "EARLY_TOKEN", &host);
+    p.up();
+    let before = epoch(&p);
+    let set = secret_set(&p, "LATE_TOKEN", &host);
+    assert_eq!(set["applied_live"], true, "{set}");
+    // The placeholder, as the sandbox sees it (exec adds secrets stored after the start).
+    let env = p.run(&["exec", "--", "env"]);
+    let placeholder = env
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("LATE_TOKEN="))
+        .unwrap_or_else(|| panic!("LATE_TOKEN is not in the environment:\n{}", env.stdout))
+        .to_owned();
+    assert!(placeholder.starts_with("airlock-secret-"));
+    assert!(!env.stdout.contains(SECRET_VALUE), "the value is inside");
+    let send = |path: &str| {
+        let script = format!("curl -sS -m 10 https://{host}/{path} -H 'X-Token: {placeholder}'");
+        let run = p.run(&["exec", "--", "sh", "-c", &script]);
+        assert!(
+            run.stdout.contains(GREETING),
+            "{}\n{}",
+            run.stdout,
+            run.stderr
+        );
+        let seen = secure.seen.all();
+        seen.rsplit("----").next().unwrap().to_owned()
+    };
+    let last = send("set");
+    assert!(
+        last.contains(&format!("x-token: {SECRET_VALUE}")),
+        "a secret set after the start was not substituted:\n{last}"
+    );
+    let rm = p.run(&["secret", "rm", "LATE_TOKEN", "--json"]);
+    rm.assert_code(0);
+    assert_eq!(rm.json()["applied_live"], true, "{}", rm.stdout);
+    let last = send("removed");
+    assert!(last.contains("GET /removed"), "{last}");
+    assert!(
+        last.contains(&format!("x-token: {placeholder}")),
+        "a removed secret was still substituted:\n{last}"
+    );
+    assert_eq!(epoch(&p), before, "the sandbox was restarted");
+}

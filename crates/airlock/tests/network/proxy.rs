@@ -221,3 +221,35 @@ fn tunnelled_https_is_not_intercepted_and_the_client_verifies_the_real_server() 
     // certificate (no secret is bound to this host).
     assert!(!out.contains("without=0"), "{out}");
 }
+
+#[test]
+fn a_run_leaves_no_egress_directory_and_sweeps_those_of_killed_runs() {
+    let rt = Rt::invoker();
+    rt.env.write_user_config(&user_config(&[], None, ""));
+    let base = rt.env.runtime_dir.join("airlock/egress");
+    // A run killed before its cleanup (its owner is provably gone), and a live one (this test
+    // process) that must be left alone.
+    let dead = base.join("run-1-dead");
+    let live = base.join("run-2-live");
+    for dir in [&dead, &live] {
+        std::fs::create_dir_all(dir.join("relay")).unwrap();
+    }
+    std::fs::write(dead.join("owner"), "999999999 1\n").unwrap();
+    let me = std::fs::read_to_string("/proc/self/stat").unwrap();
+    let start = me[me.rfind(')').unwrap() + 1..]
+        .split_whitespace()
+        .nth(19)
+        .unwrap()
+        .to_owned();
+    std::fs::write(
+        live.join("owner"),
+        format!("{} {start}\n", std::process::id()),
+    )
+    .unwrap();
+    ok(&rt.sh(&[], "test -S /run/airlock/proxy.sock"));
+    let left: Vec<_> = std::fs::read_dir(&base)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(left, vec![live], "egress directories left behind");
+}

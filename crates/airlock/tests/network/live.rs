@@ -225,3 +225,33 @@ fn secret_set_and_rm_apply_to_a_running_sandbox_without_restart() {
     );
     assert_eq!(epoch(&p), before, "the sandbox was restarted");
 }
+
+#[test]
+fn a_changed_hosts_map_reaches_a_running_sandbox_through_a_proxy_restart() {
+    let p = Project::new();
+    let web = http_server(None);
+    let host = format!("web.test:{}", web.port());
+    let without_map = format!("[network]\npreset = \"none\"\nallow = [{host:?}]\n");
+    p.env.write_user_config(&without_map);
+    p.up();
+    let url = format!("http://{host}/");
+    assert_ne!(
+        status_of(&p, &url),
+        "200",
+        "web.test resolved without a map"
+    );
+    let first = proxy_pids(&p);
+    p.env
+        .write_user_config(&user_config(std::slice::from_ref(&host), None, ""));
+    // Any reload request picks the change up; the map needs a fresh proxy.
+    let allow = p.run(&["policy", "allow", "unrelated.example", "--json"]);
+    assert_eq!(allow.json()["applied_live"], true, "{}", allow.stdout);
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            let now = proxy_pids(&p);
+            now.len() == 1 && now != first
+        }),
+        "the proxy was not restarted for the new hosts map"
+    );
+    assert!(wait_until(Duration::from_secs(10), || status_of(&p, &url) == "200"));
+}

@@ -6,7 +6,9 @@
 //!    secrets (so a restart comes back with what is in force now), binds `proxy.sock` and one
 //!    `port-N.sock` per `[[network.host_port]]`, and answers `ready` (or `error: …` and exits);
 //! 3. each further stdin line `reload` reloads policy and secrets and answers `ok` or
-//!    `error: …` (the previous policy stays in force on error);
+//!    `error: …` (the previous policy stays in force on error); when what only a start can
+//!    apply changed (`[network.hosts]`, `extra_ca`, host ports), it answers `ok` and exits, so
+//!    its supervisor starts a fresh one with everything current;
 //! 4. EOF on stdin (the owner is gone or done) stops everything; so does the owner's death
 //!    (`PR_SET_PDEATHSIG`).
 //!
@@ -47,8 +49,12 @@ pub fn main(_args: &[OsString]) -> i32 {
         Ok(rt) => rt,
         Err(e) => return answer_fatal(&format!("cannot start the proxy runtime: {e}")),
     };
+    let mut fixed = None;
     let started = match Loaded::load(&start) {
-        Ok(loaded) => runtime.block_on(serve(&start, loaded)),
+        Ok(loaded) => {
+            fixed = Some(loaded.fixed());
+            runtime.block_on(serve(&start, loaded))
+        }
         Err(e) => Err(e),
     };
     let handle = match started {
@@ -60,9 +66,11 @@ pub fn main(_args: &[OsString]) -> i32 {
     }
     for line in lines {
         let Ok(line) = line else { break };
+        let mut restart = false;
         let reply = match line.trim() {
             "reload" => match Loaded::load(&start) {
                 Ok(l) => {
+                    restart = fixed.as_ref() != Some(&l.fixed());
                     handle.update(l.network.policy(), l.bindings);
                     "ok".to_owned()
                 }
@@ -70,7 +78,7 @@ pub fn main(_args: &[OsString]) -> i32 {
             },
             other => format!("error: unknown request {other:?}"),
         };
-        if answer(&reply).is_err() {
+        if answer(&reply).is_err() || restart {
             break;
         }
     }
@@ -97,6 +105,19 @@ struct Loaded {
 }
 
 impl Loaded {
+    /// What only a start applies: the static hosts, the upstream CAs, the host ports.
+    fn fixed(&self) -> (Vec<(String, std::net::IpAddr)>, Vec<PathBuf>, Vec<u16>) {
+        let n = &self.network;
+        (
+            n.hosts
+                .iter()
+                .map(|h| (h.name.clone(), h.address))
+                .collect(),
+            n.extra_ca.clone(),
+            n.host_ports.iter().map(|p| p.port).collect(),
+        )
+    }
+
     fn load(start: &EgressStart) -> Result<Loaded, String> {
         let lookup = |k: &str| {
             start

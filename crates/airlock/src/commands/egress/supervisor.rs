@@ -86,9 +86,15 @@ impl ProxySupervisor {
                 what: "sending a reload",
                 source,
             })?;
-        match self.read_answer("reload")? {
-            line if line == "ok" => Ok(()),
-            line => Err(SupervisorError::Refused(strip_error(&line))),
+        match self.read_answer("reload") {
+            Ok(line) if line == "ok" => Ok(()),
+            Ok(line) => Err(SupervisorError::Refused(strip_error(&line))),
+            Err(e) => {
+                // Wedged or gone: end it, so the owner's supervision starts a fresh one with the
+                // configuration in force (the sandbox is offline until then).
+                let _ = self.child.kill();
+                Err(e)
+            }
         }
     }
 

@@ -200,7 +200,13 @@ fn start_egress(req: &StartRequest) -> Result<SharedProxy, KeeperReport> {
 
 /// Restarts the proxy child when it died (the sandbox is offline meanwhile: fail closed).
 fn supervise(proxy: &SharedProxy) {
-    let mut slot = proxy.lock().unwrap_or_else(|p| p.into_inner());
+    // A reload in progress holds the lock (bounded by the supervisor's answer timeout): never
+    // stall the serve loop behind it; the next tick looks again.
+    let mut slot = match proxy.try_lock() {
+        Ok(slot) => slot,
+        Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+        Err(std::sync::TryLockError::WouldBlock) => return,
+    };
     if let Some(sup) = slot.as_mut() {
         match sup.restart_if_dead() {
             Ok(true) => eprintln!(

@@ -118,7 +118,7 @@ pub fn run(args: RunArgs, ctx: &Context) -> Result<Report, CommandError> {
     // Runtime directories of runs whose airlock was killed (L9: ownership-checked cleanup).
     airlock_linux::host::sweep_stale(&opts.sandboxes_dir);
     let project_root = effective.project.as_ref().map(|p| p.root.clone());
-    let egress = start_egress(&roots, project_root, &mut spec)?;
+    let mut egress = start_egress(&roots, project_root, &mut spec)?;
     phases.done("egress");
     let mut cgroup = limits::prepare(&spec)?;
     phases.done("cgroup");
@@ -137,7 +137,9 @@ pub fn run(args: RunArgs, ctx: &Context) -> Result<Report, CommandError> {
     phases.add("cgroup-join", t.join);
     phases.add("rootfs+pivot_root", t.rootfs);
     phases.restart();
-    let outcome = exec::run(&sandbox, &request, args.interactive);
+    let outcome = egress
+        .wait_ready()
+        .and_then(|()| exec::run(&sandbox, &request, args.interactive));
     phases.done("guest+exec");
     let destroyed = sandbox.destroy(Duration::from_secs(2));
     phases.done("destroy");
@@ -159,7 +161,20 @@ struct RunEgress {
 }
 
 impl RunEgress {
+    /// Waits until the proxy serves (it starts while the sandbox does).
+    fn wait_ready(&mut self) -> Result<(), CommandError> {
+        match self.proxy.as_mut() {
+            Some(proxy) => proxy.wait_ready().map_err(egress_error),
+            None => Ok(()),
+        }
+    }
+
     fn stop(self) {}
+}
+
+fn egress_error(e: super::egress::supervisor::SupervisorError) -> CommandError {
+    CommandError::new(ErrorKind::Failed, "egress.start", e.to_string())
+        .with_hint("check the network configuration with `airlock plan`")
 }
 
 impl Drop for RunEgress {
@@ -210,10 +225,7 @@ fn start_egress(
     ensure_root(roots, &runs)?;
     let audit = runs.join(&spec.id).join(super::policy::log::AUDIT_LOG_FILE);
     let start = EgressStart::new(dir.clone(), project_root, audit);
-    let proxy = ProxySupervisor::spawn(start).map_err(|e| {
-        CommandError::new(ErrorKind::Failed, "egress.start", e.to_string())
-            .with_hint("check the network configuration with `airlock plan`")
-    })?;
+    let proxy = ProxySupervisor::launch(start).map_err(egress_error)?;
     guard.proxy = Some(proxy);
     if let Some(e) = spec.egress.as_mut() {
         e.host_dir = dir;

@@ -58,16 +58,29 @@ impl std::fmt::Debug for ProxySupervisor {
 impl ProxySupervisor {
     /// Spawns the child and waits until it serves (`ready`).
     pub fn spawn(start: EgressStart) -> Result<ProxySupervisor, SupervisorError> {
+        let mut sup = ProxySupervisor::launch(start)?;
+        sup.wait_ready()?;
+        Ok(sup)
+    }
+
+    /// Spawns the child without waiting; [`wait_ready`](Self::wait_ready) before relying on it
+    /// (lets the owner start the sandbox meanwhile: the guest reaches the socket only when a
+    /// sandbox process connects).
+    pub fn launch(start: EgressStart) -> Result<ProxySupervisor, SupervisorError> {
         let (child, stdin, stdout) = spawn_child(&start)?;
-        let mut sup = ProxySupervisor {
+        Ok(ProxySupervisor {
             start,
             child,
             stdin,
             stdout: BufReader::new(stdout),
             restarts: 0,
-        };
-        match sup.read_answer("ready")? {
-            line if line == "ready" => Ok(sup),
+        })
+    }
+
+    /// Waits for the child's `ready` (once, after [`launch`](Self::launch)).
+    pub fn wait_ready(&mut self) -> Result<(), SupervisorError> {
+        match self.read_answer("ready")? {
+            line if line == "ready" => Ok(()),
             line => Err(SupervisorError::Refused(strip_error(&line))),
         }
     }

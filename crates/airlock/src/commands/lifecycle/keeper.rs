@@ -18,8 +18,8 @@
 //!    the egress proxy.
 //!
 //! Egress (commands::egress): before the cgroup and the sandbox, the keeper writes the CA
-//! bundle and starts the proxy child (`airlock __proxy`), so the sandbox's first connection
-//! finds it. The serve loop wakes at least every 500 ms and restarts a dead proxy (the sandbox is
+//! bundle and launches the proxy child (`airlock __proxy`); it reports `Ready` only once the
+//! proxy serves too. The serve loop wakes at least every 500 ms and restarts a dead proxy (the sandbox is
 //! offline meanwhile: its relays find no listener); a restart loads the policy and secrets in
 //! force then. Mode `R` (`policy allow|deny`, `secret set|rm`) makes the proxy reload them and
 //! answers `ok` or `error: …`. Restarts happen on the main thread only, because the child's
@@ -142,7 +142,7 @@ fn start(state_dir: &Path) -> Result<Started, KeeperReport> {
         | ErrorKind::Busy
         | ErrorKind::Interrupted => false,
     };
-    // The proxy serves before the sandbox exists: its first connection already finds it.
+    // The proxy starts while the sandbox does; `Ready` is reported only once it serves.
     let proxy = start_egress(&req)?;
     let mut cgroup =
         limits::prepare(&req.spec).map_err(|e| failed(e.message.clone(), unavailable(e.kind)))?;
@@ -165,9 +165,10 @@ fn start(state_dir: &Path) -> Result<Started, KeeperReport> {
         .map_err(|e| failed(format!("cannot listen on {}: {e}", socket.display()), false));
     let guest = guest_pid(sandbox.init_pid())
         .ok_or_else(|| failed("the sandbox's PID 1 cannot be found on the host", false));
-    match (listener, guest) {
-        (Ok(listener), Ok(pid)) => Ok((sandbox, cgroup, listener, pid, proxy)),
-        (Err(report), _) | (_, Err(report)) => {
+    let ready = proxy_ready(&proxy);
+    match (listener, guest, ready) {
+        (Ok(listener), Ok(pid), Ok(())) => Ok((sandbox, cgroup, listener, pid, proxy)),
+        (Err(report), _, _) | (_, Err(report), _) | (_, _, Err(report)) => {
             teardown_parts(sandbox, cgroup);
             Err(report)
         }
@@ -194,8 +195,18 @@ fn start_egress(req: &StartRequest) -> Result<SharedProxy, KeeperReport> {
     };
     crate::commands::egress::materialize(&egress.dir, &roots, &image_root)
         .map_err(|e| failed(e.message, false))?;
-    let proxy = ProxySupervisor::spawn(egress.clone()).map_err(|e| failed(e.to_string(), false))?;
+    let proxy =
+        ProxySupervisor::launch(egress.clone()).map_err(|e| failed(e.to_string(), false))?;
     Ok(Arc::new(Mutex::new(Some(proxy))))
+}
+
+/// Waits for the proxy started by [`start_egress`] to serve.
+fn proxy_ready(proxy: &SharedProxy) -> Result<(), KeeperReport> {
+    let mut slot = proxy.lock().unwrap_or_else(|p| p.into_inner());
+    match slot.as_mut() {
+        Some(sup) => sup.wait_ready().map_err(|e| failed(e.to_string(), false)),
+        None => Ok(()),
+    }
 }
 
 /// Restarts the proxy child when it died (the sandbox is offline meanwhile: fail closed).

@@ -253,3 +253,24 @@ fn a_run_leaves_no_egress_directory_and_sweeps_those_of_killed_runs() {
         .collect();
     assert_eq!(left, vec![live], "egress directories left behind");
 }
+
+#[test]
+fn the_selected_agents_api_hosts_pass_the_proxy_whatever_the_preset() {
+    let rt = Rt::invoker();
+    // Preset none; the agent is codex (A1: its API hosts are allowed), not claude.
+    rt.env.write_user_config(&format!(
+        "agent = \"codex\"\n{}",
+        user_config(&[], None, "")
+    ));
+    let run = rt.sh(
+        &[],
+        "for h in api.openai.com api.anthropic.com; do \
+           printf '%s ' $h; curl -s -m 10 -o /dev/null -D - http://$h/ | \
+             grep -i -c '^x-airlock-policy: denied' || true; done",
+    );
+    let out = ok(&run);
+    // The agent's host is not refused by policy (it fails later: no DNS on a test machine),
+    // another agent's host is.
+    assert!(out.contains("api.openai.com 0"), "{out}\n{}", run.stderr);
+    assert!(out.contains("api.anthropic.com 1"), "{out}\n{}", run.stderr);
+}

@@ -8,9 +8,14 @@ use std::process::Command;
 use super::*;
 use crate::runtime::harness::{ok, Rt};
 
+/// Fails unless `tool` runs from the sandbox's `PATH` (the host image shares `/usr`).
 fn require(tool: &str, args: &[&str], package: &str) {
     let found = Command::new(tool)
         .args(args)
+        .env(
+            "PATH",
+            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        )
         .output()
         .is_ok_and(|o| o.status.success());
     assert!(

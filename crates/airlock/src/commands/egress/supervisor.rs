@@ -169,8 +169,12 @@ fn strip_error(line: &str) -> String {
 }
 
 fn spawn_child(start: &EgressStart) -> Result<(Child, ChildStdin, ChildStdout), SupervisorError> {
+    use std::os::unix::process::CommandExt;
     let io = |what| move |source| SupervisorError::Io { what, source };
+    // Its own process group: a Ctrl+C meant for `run`'s command must not take the sandbox
+    // offline. It ends with its owner (PDEATHSIG, stdin EOF) or when the owner kills it.
     let mut child = Command::new(PathBuf::from("/proc/self/exe"))
+        .process_group(0)
         .arg(PROXY_VERB)
         .arg(&start.dir)
         .env_clear()

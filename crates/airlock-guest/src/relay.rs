@@ -44,6 +44,13 @@ pub enum RelayError {
         #[source]
         source: io::Error,
     },
+    /// The listener's thread cannot be created.
+    #[error("cannot start a relay thread: {source}")]
+    Thread {
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
 }
 
 /// Binds every listener, then serves each on its own thread. Returns once all are bound.
@@ -58,7 +65,10 @@ pub fn start(relays: &[Relay]) -> Result<(), RelayError> {
         bound.push((listener, relay.socket.clone()));
     }
     for (listener, socket) in bound {
-        thread::spawn(move || serve(&listener, &socket));
+        thread::Builder::new()
+            .name(format!("relay-{}", socket.display()))
+            .spawn(move || serve(&listener, &socket))
+            .map_err(|source| RelayError::Thread { source })?;
     }
     Ok(())
 }
@@ -80,11 +90,16 @@ fn serve(listener: &TcpListener, socket: &Path) {
             continue;
         }
         let socket = socket.to_path_buf();
-        let active = Arc::clone(&active);
-        thread::spawn(move || {
+        let counter = Arc::clone(&active);
+        // Threads count against the sandbox's pids limit: when none can be made (a fork bomb
+        // inside), this connection is dropped and the listener keeps serving.
+        let spawned = thread::Builder::new().spawn(move || {
             relay_one(client, &socket);
-            active.fetch_sub(1, Ordering::SeqCst);
+            counter.fetch_sub(1, Ordering::SeqCst);
         });
+        if spawned.is_err() {
+            active.fetch_sub(1, Ordering::SeqCst);
+        }
     }
 }
 
@@ -99,7 +114,11 @@ fn relay_one(client: TcpStream, socket: &Path) {
     let (Ok(client_rd), Ok(host_wr)) = (client.try_clone(), host.try_clone()) else {
         return;
     };
-    let upstream = thread::spawn(move || copy_then_close(client_rd, host_wr));
+    let Ok(upstream) = thread::Builder::new().spawn(move || copy_then_close(client_rd, host_wr))
+    else {
+        let _ = client.shutdown(Shutdown::Both);
+        return;
+    };
     copy_then_close(host, client);
     let _ = upstream.join();
 }

@@ -274,3 +274,35 @@ fn the_selected_agents_api_hosts_pass_the_proxy_whatever_the_preset() {
     assert!(out.contains("api.openai.com 0"), "{out}\n{}", run.stderr);
     assert!(out.contains("api.anthropic.com 1"), "{out}\n{}", run.stderr);
 }
+
+#[test]
+fn a_tls_server_name_other_than_the_connect_host_is_refused_inside_the_sandbox() {
+    let rt = Rt::invoker();
+    let ca = TestCa::new(rt.env.root());
+    let web = https_server(&ca, "web.test", None);
+    rt.env
+        .write_user_config(&user_config(&[allowed("web.test", &web)], None, ""));
+    // CONNECT to an allowed host, then a ClientHello naming another one (N4).
+    let hello = |sni: &str| {
+        format!(
+            "openssl s_client -proxy 127.0.0.1:3128 -connect web.test:{} -servername {sni} \
+             </dev/null 2>&1 | grep -c 'alert access denied' || true",
+            web.port()
+        )
+    };
+    let run = rt.sh(
+        &[],
+        &format!(
+            "printf 'evil '; {}; printf 'same '; {}",
+            hello("evil.example"),
+            hello("web.test")
+        ),
+    );
+    let out = ok(&run);
+    assert!(
+        out.contains("evil 1"),
+        "a mismatching SNI was tunnelled:\n{out}\n{}",
+        run.stderr
+    );
+    assert!(out.contains("same 0"), "{out}");
+}

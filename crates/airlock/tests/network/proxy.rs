@@ -306,3 +306,35 @@ fn a_tls_server_name_other_than_the_connect_host_is_refused_inside_the_sandbox()
     );
     assert!(out.contains("same 0"), "{out}");
 }
+
+#[test]
+fn ip_literals_internal_names_under_wildcards_and_host_mismatches_are_refused() {
+    let rt = Rt::invoker();
+    let web = http_server(None);
+    let p = web.port();
+    // web.test is allowed exactly; a.net.test (also mapped to 127.0.0.1) only by a wildcard,
+    // which never opens an internal address (N3).
+    let cfg = user_config(
+        &[allowed("web.test", &web), format!("*.net.test:{p}")],
+        None,
+        "\"a.net.test\" = \"127.0.0.1\"\n",
+    );
+    rt.env.write_user_config(&cfg);
+    let code = |args: &str| {
+        format!(
+            "curl -s -m 10 -o /dev/null -w '%{{http_code}}\\n' --noproxy '' \
+             -x http://127.0.0.1:3128 {args}; "
+        )
+    };
+    let script = [
+        code(&format!("http://127.0.0.1:{p}/")),
+        code(&format!("http://a.net.test:{p}/")),
+        code(&format!("http://web.test:{p}/ -H 'Host: other.test:{p}'")),
+        code(&format!("http://web.test:{p}/")),
+    ]
+    .concat();
+    let run = rt.sh(&[], &script);
+    let codes: Vec<&str> = ok(&run).lines().collect();
+    assert_eq!(codes, ["403", "403", "403", "200"], "{}", run.stderr);
+    assert_eq!(web.seen.all().matches("GET ").count(), 1);
+}

@@ -255,3 +255,45 @@ fn a_changed_hosts_map_reaches_a_running_sandbox_through_a_proxy_restart() {
     );
     assert!(wait_until(Duration::from_secs(10), || status_of(&p, &url) == "200"));
 }
+
+#[test]
+fn a_proxy_that_cannot_restart_keeps_the_sandbox_offline_until_the_config_is_fixed() {
+    let p = Project::new();
+    let web = http_server(None);
+    let host = format!("web.test:{}", web.port());
+    let good = user_config(std::slice::from_ref(&host), None, "");
+    p.env.write_user_config(&good);
+    p.up();
+    let url = format!("http://{host}/");
+    assert_eq!(status_of(&p, &url), "200");
+    let first = proxy_pids(&p);
+    // A broken user config: the proxy cannot load a policy, so it must not come back with
+    // none (or a stale one).
+    p.env.write_user_config("[network\n");
+    signal(first[0], "KILL");
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(
+        status_of(&p, &url),
+        "000",
+        "the sandbox got out without a proxy"
+    );
+    assert!(web.seen.all().matches("GET ").count() == 1);
+    p.env.write_user_config(&good);
+    assert!(
+        wait_until(Duration::from_secs(10), || status_of(&p, &url) == "200"),
+        "the proxy did not come back once the config was fixed"
+    );
+    let log = std::fs::read_to_string(
+        p.state_root()
+            .join("sandboxes")
+            .join(p.status()["name"].as_str().unwrap())
+            .join("keeper.log"),
+    )
+    .unwrap_or_default();
+    // Retried every tick, logged only on the 1st, 2nd, 4th… failure.
+    let logged = log
+        .lines()
+        .filter(|l| l.contains("egress proxy is down"))
+        .count();
+    assert!((1..=4).contains(&logged), "{log}");
+}

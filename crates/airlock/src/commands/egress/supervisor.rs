@@ -44,6 +44,8 @@ pub struct ProxySupervisor {
     stdout: BufReader<ChildStdout>,
     /// How many times the child was restarted after it died.
     pub restarts: u32,
+    /// Failed restart attempts since the last success.
+    pub failed_restarts: u32,
 }
 
 impl std::fmt::Debug for ProxySupervisor {
@@ -74,6 +76,7 @@ impl ProxySupervisor {
             stdin,
             stdout: BufReader::new(stdout),
             restarts: 0,
+            failed_restarts: 0,
         })
     }
 
@@ -117,7 +120,13 @@ impl ProxySupervisor {
         if self.is_alive() {
             return Ok(false);
         }
-        let fresh = ProxySupervisor::spawn(self.start.clone())?;
+        let fresh = match ProxySupervisor::spawn(self.start.clone()) {
+            Ok(fresh) => fresh,
+            Err(e) => {
+                self.failed_restarts += 1;
+                return Err(e);
+            }
+        };
         let old = std::mem::replace(self, fresh);
         self.restarts = old.restarts + 1;
         Ok(true)

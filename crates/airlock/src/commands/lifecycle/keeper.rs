@@ -225,7 +225,12 @@ fn supervise(proxy: &SharedProxy) {
                 sup.restarts
             ),
             Ok(false) => {}
-            Err(e) => eprintln!("airlock keeper: the egress proxy is down: {e}"),
+            // Retried every tick; logged on the 1st, 2nd, 4th, 8th… failure in a row.
+            Err(e) if sup.failed_restarts.is_power_of_two() => eprintln!(
+                "airlock keeper: the egress proxy is down (attempt {}): {e}",
+                sup.failed_restarts
+            ),
+            Err(_) => {}
         }
     }
 }

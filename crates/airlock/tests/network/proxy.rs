@@ -127,7 +127,7 @@ fn https_to_a_secret_bound_host_carries_the_real_value_while_the_sandbox_sees_a_
            https://secure.test:{p}/again && \
          echo \"placeholder=$API_TOKEN\"; \
          env; cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n'; \
-         cat /run/airlock/*.crt; true",
+         cat /run/airlock/*.crt; ls -a /run/airlock; true",
         p = secure.port()
     );
     let run = rt.sh(&[], &script);
@@ -137,6 +137,12 @@ fn https_to_a_secret_bound_host_carries_the_real_value_while_the_sandbox_sees_a_
     assert!(
         !out.contains(SECRET_VALUE),
         "the secret value is visible inside the sandbox"
+    );
+    // N6: the CA's certificate is inside (the bundles end with it), never its key.
+    assert!(out.contains("BEGIN CERTIFICATE"), "{out}");
+    assert!(
+        !out.contains("PRIVATE KEY"),
+        "a private key is inside the sandbox"
     );
     let seen = secure.seen.all();
     assert!(seen.contains("GET /api HTTP/1.1"), "{seen}");

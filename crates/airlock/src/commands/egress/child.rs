@@ -15,7 +15,6 @@
 //! A host-port connector connects only to `127.0.0.1:<that port>` (N10); nothing else on the
 //! host is reachable through it.
 
-use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::io::{BufRead, Write};
 use std::os::unix::fs::PermissionsExt;
@@ -152,20 +151,12 @@ impl Loaded {
 /// Binds the sockets and starts the proxy and the connectors on the current runtime.
 async fn serve(start: &EgressStart, loaded: Loaded) -> Result<ProxyHandle, String> {
     let listener = bind(&start.dir.join(PROXY_SOCKET))?;
-    let hosts: BTreeMap<_, _> = loaded
-        .network
-        .hosts
-        .iter()
-        .map(|h| (h.name.clone(), h.address))
-        .collect();
-    let cfg = ProxyConfig {
-        policy: loaded.network.policy(),
-        hosts,
-        extra_roots: loaded.network.extra_ca.clone(),
-        bindings: loaded.bindings,
-        audit_path: start.audit_path.clone(),
-        ca_dir: ca_dir(&loaded.roots.data),
-    };
+    let cfg = ProxyConfig::from_network(
+        &loaded.network,
+        loaded.bindings,
+        start.audit_path.clone(),
+        ca_dir(&loaded.roots.data),
+    );
     let handle = Proxy::start(cfg, ProxyListener::Unix(listener)).map_err(|e| e.to_string())?;
     for hp in &loaded.network.host_ports {
         let listener = bind(&start.dir.join(port_socket(hp.port)))?;

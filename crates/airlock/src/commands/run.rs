@@ -141,6 +141,9 @@ pub fn run(args: RunArgs, ctx: &Context) -> Result<Report, CommandError> {
         .wait_ready()
         .and_then(|()| exec::run(&sandbox, &request, args.interactive));
     phases.done("guest+exec");
+    // CMD is done: the proxy's exit (a multi-threaded process tearing down) overlaps the
+    // sandbox's destruction; it is reaped and its directory removed last.
+    egress.begin_stop();
     let destroyed = sandbox.destroy(Duration::from_secs(2));
     phases.done("destroy");
     cgroup.destroy();
@@ -169,6 +172,14 @@ impl RunEgress {
         }
     }
 
+    /// Signals the proxy to end, without waiting (see [`RunEgress::stop`]).
+    fn begin_stop(&mut self) {
+        if let Some(proxy) = self.proxy.as_mut() {
+            proxy.begin_stop();
+        }
+    }
+
+    /// Reaps the proxy and removes the egress directory.
     fn stop(self) {}
 }
 
@@ -214,11 +225,9 @@ fn start_egress(
             format!("cannot read this process's identity: {e}"),
         )
     })?;
-    let marker = outer.join(airlock_linux::host::OWNER_FILE);
-    airlock_core::write_atomic(
-        &marker,
+    write_marker(
+        &outer.join(airlock_linux::host::OWNER_FILE),
         format!("{} {}\n", me.pid, me.start_time).as_bytes(),
-        0o600,
     )?;
     materialize(&dir, roots, &image_root)?;
     let runs = roots.state.join("runs");
@@ -231,6 +240,28 @@ fn start_egress(
         e.host_dir = dir;
     }
     Ok(guard)
+}
+
+/// Writes the owner marker into the fresh egress directory: a new 0600 file, no fsync. The
+/// directory lives in the runtime root, which does not survive a reboot, so durability buys
+/// nothing (an fsync there cost several milliseconds per run on a disk-backed runtime root); a
+/// sweep that reads a marker still being written cannot parse it and leaves the directory alone
+/// (the same rule as the sandbox runtime directories, see `airlock_linux::host::sweep_stale`).
+fn write_marker(path: &Path, content: &[u8]) -> Result<(), CommandError> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .and_then(|mut f| f.write_all(content))
+        .map_err(|e| {
+            CommandError::internal(
+                "egress.owner",
+                format!("cannot write {}: {e}", path.display()),
+            )
+        })
 }
 
 /// `AIRLOCK_TRACE_PHASES`: `airlock: phase <name> <ms>` lines on stderr, for scripts/bench.

@@ -88,6 +88,12 @@ impl ProxySupervisor {
         }
     }
 
+    /// Sends the child SIGKILL without waiting for it: its exit then overlaps whatever the owner
+    /// does next; dropping the supervisor reaps it (and kills it again, harmlessly).
+    pub fn begin_stop(&mut self) {
+        let _ = self.child.kill();
+    }
+
     /// Whether the child is still running.
     pub fn is_alive(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))

@@ -180,3 +180,107 @@ fn exec_streams_stdin_with_i_and_honours_w() {
     p.run(&["exec", "-w", "/proc/self/fd/3", "--", "pwd"])
         .assert_code(2);
 }
+
+/// Every path under `root` with its kind, mode and, for regular files, mtime and content
+/// (sockets and fifos are listed, never opened).
+fn world(root: &std::path::Path) -> std::collections::BTreeMap<std::path::PathBuf, String> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let mut out = std::collections::BTreeMap::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).expect("read dir").flatten() {
+            let path = entry.path();
+            let meta = std::fs::symlink_metadata(&path).expect("lstat");
+            let kind = meta.file_type();
+            let mode = meta.mode() & 0o7777;
+            let desc = if kind.is_dir() {
+                stack.push(path.clone());
+                format!("dir {mode:o}")
+            } else if kind.is_file() {
+                let content = std::fs::read(&path).expect("read file");
+                format!("file {mode:o} {} {content:?}", meta.mtime())
+            } else if kind.is_socket() || kind.is_fifo() {
+                format!("special {mode:o}")
+            } else {
+                format!("other {mode:o} {:?}", std::fs::read_link(&path).ok())
+            };
+            out.insert(path, desc);
+        }
+    }
+    out
+}
+
+#[test]
+fn plan_lists_each_field_a_running_sandbox_differs_in_and_changes_nothing() {
+    let p = Project::new();
+    let data = p.env.dir("data");
+    let config = |ro: bool| {
+        format!(
+            "[[mount]]\nname = \"data\"\npath = \"{}\"\nread_only = {ro}\n",
+            data.display()
+        )
+    };
+    p.env.write_user_config(&config(true));
+    let first = p.up();
+
+    // Same plan: plan says `up` would reuse it.
+    let same = p.run(&["plan", "--json"]);
+    same.assert_code(0);
+    let doc = same.json();
+    assert_eq!(doc["running_sandbox"]["verdict"], "reuse", "{doc}");
+    assert_eq!(doc["running_sandbox"]["health"], "ready", "{doc}");
+    let human = p.run(&["plan"]);
+    assert!(human.stdout.contains("would reuse it"), "{}", human.stdout);
+
+    p.env.write_user_config(&config(false));
+    let before = world(p.env.root());
+    let run = p.run(&["plan"]);
+    run.assert_code(0);
+    let mount_field = format!("mount {}", data.display());
+    let line = run
+        .stdout
+        .lines()
+        .find(|l| l.contains(&mount_field))
+        .unwrap_or_else(|| panic!("no {mount_field} line in:\n{}", run.stdout));
+    assert!(
+        line.contains("read-only") && line.contains("read-write"),
+        "{line}"
+    );
+    assert!(
+        run.stdout.contains("would refuse") && run.stdout.contains("airlock down"),
+        "{}",
+        run.stdout
+    );
+    let json = p.run(&["plan", "--json"]);
+    json.assert_code(0);
+    let running = &json.json()["running_sandbox"];
+    assert_eq!(running["verdict"], "refuse", "{running}");
+    let diffs = running["differences"].as_array().expect("differences");
+    assert_eq!(diffs.len(), 1, "{running}");
+    assert_eq!(diffs[0]["field"], mount_field.as_str());
+    assert!(diffs[0]["recorded"].as_str().unwrap().contains("read-only"));
+    assert!(diffs[0]["planned"].as_str().unwrap().contains("read-write"));
+    // Nothing anywhere changed, and the sandbox is the same one.
+    let after = world(p.env.root());
+    let changed: Vec<_> = before
+        .iter()
+        .filter(|(k, v)| after.get(*k) != Some(v))
+        .map(|(k, _)| k.display().to_string())
+        .chain(
+            after
+                .keys()
+                .filter(|k| !before.contains_key(*k))
+                .map(|k| format!("created {}", k.display())),
+        )
+        .collect();
+    assert!(changed.is_empty(), "plan changed: {changed:?}");
+    assert_eq!(p.status()["epoch"], first["epoch"]);
+}
+
+#[test]
+fn plan_without_a_sandbox_says_up_would_create_one() {
+    let p = Project::new();
+    let run = p.run(&["plan", "--json"]);
+    run.assert_code(0);
+    assert_eq!(run.json()["running_sandbox"]["verdict"], "absent");
+}

@@ -8,8 +8,11 @@
 //! path and line); otherwise the effective configuration is printed with the origin of every
 //! value, the mappings with their in-sandbox paths, the network policy (with each project rule
 //! ignored because the project is untrusted), agents and provisioning steps with their owners.
+//! Last comes the comparison with the project's running sandbox ([`running`]): what `up` would
+//! do with it and every field that differs (JSON: `running_sandbox`).
 
 mod render;
+mod running;
 
 use std::cell::RefCell;
 use std::path::Path;
@@ -35,13 +38,23 @@ pub fn run(args: PlanArgs, ctx: &Context) -> Result<Report, CommandError> {
     let project = discover_project(ctx)?;
     let mut notes = Vec::new();
     let effective = load_effective(&roots, project, args.memory_mb, &mut notes)?;
-    let json = serde_json::to_value(&effective).map_err(|e| {
+    let comparison = running::compare(ctx, &effective);
+    let encode = |e: serde_json::Error| {
         CommandError::internal(
             "plan.encode",
             format!("cannot encode the plan as JSON: {e}"),
         )
-    })?;
-    let mut report = Report::new(render::render(&effective), json);
+    };
+    let mut json = serde_json::to_value(&effective).map_err(encode)?;
+    if let Some(doc) = json.as_object_mut() {
+        doc.insert(
+            "running_sandbox".to_owned(),
+            serde_json::to_value(&comparison).map_err(encode)?,
+        );
+    }
+    let mut doc = render::render(&effective);
+    running::render(&mut doc, &comparison);
+    let mut report = Report::new(doc, json);
     for n in notes {
         report.note(n);
     }

@@ -1,6 +1,9 @@
-//! `airlock clean` (PRODUCT L9, R2): removes the state of every inactive sandbox whose ownership
-//! can be proven, reports what it freed, and lists what it left (running or busy sandboxes,
-//! paths without a matching ownership marker). It never touches a ready sandbox.
+//! `airlock clean` (PRODUCT L9, R2, R4): removes the state of every inactive sandbox whose
+//! ownership can be proven, and the state directories of `airlock run`s whose process is
+//! provably gone (the sweep [`super::lifecycle::setup`] runs for every mutating lifecycle verb,
+//! see [`super::lifecycle::runs`]); reports what it freed, and lists what it left (running or
+//! busy sandboxes, live runs, paths without a matching ownership marker). It never touches a
+//! ready sandbox or a live run.
 
 use airlock_core::lifecycle;
 use clap::Args;
@@ -17,10 +20,12 @@ pub struct CleanArgs {}
 pub fn run(_args: CleanArgs, ctx: &Context) -> Result<Report, CommandError> {
     let setup = setup(ctx, true)?;
     let out = lifecycle::clean(&setup.stores, &setup.backend).map_err(lifecycle_error)?;
+    let runs = &setup.runs;
     let mut doc = Doc::new();
-    let total: u64 = out.cleaned.iter().map(|(_, _, f)| f.bytes).sum();
+    let total: u64 = out.cleaned.iter().map(|(_, _, f)| f.bytes).sum::<u64>()
+        + runs.removed.iter().map(|r| r.bytes).sum::<u64>();
     doc.heading("Freed");
-    if out.cleaned.is_empty() {
+    if out.cleaned.is_empty() && runs.removed.is_empty() {
         doc.text(1, &[(Style::Dim, "nothing to clean")]);
     }
     for (name, health, freed) in &out.cleaned {
@@ -30,13 +35,24 @@ pub fn run(_args: CleanArgs, ctx: &Context) -> Result<Report, CommandError> {
             &format!("{health}, {}", human_bytes(freed.bytes)),
         );
     }
+    for r in &runs.removed {
+        doc.field(
+            1,
+            &format!("run {}", r.id),
+            &format!("finished, {}", human_bytes(r.bytes)),
+        );
+    }
     doc.field(1, "total", &human_bytes(total));
-    if !out.skipped.is_empty() || !out.unmanaged.is_empty() {
+    let unmanaged = out.unmanaged.iter().chain(runs.unmanaged.iter());
+    if !out.skipped.is_empty() || !runs.live.is_empty() || unmanaged.clone().next().is_some() {
         doc.heading("Left alone");
         for (name, why) in &out.skipped {
             doc.field(1, name.as_str(), why);
         }
-        for (path, why) in &out.unmanaged {
+        for (id, pid) in &runs.live {
+            doc.field(1, &format!("run {id}"), &format!("running (pid {pid})"));
+        }
+        for (path, why) in unmanaged.clone() {
             doc.field(1, &path_text(path), &format!("unmanaged: {why}"));
         }
     }
@@ -45,10 +61,15 @@ pub fn run(_args: CleanArgs, ctx: &Context) -> Result<Report, CommandError> {
         "cleaned": out.cleaned.iter().map(|(n, h, f)| serde_json::json!({
             "name": n.as_str(), "health": h, "freed_bytes": f.bytes, "removed": f.removed,
         })).collect::<Vec<_>>(),
+        "runs": runs.removed.iter().map(|r| serde_json::json!({
+            "id": r.id, "path": r.path, "freed_bytes": r.bytes,
+        })).collect::<Vec<_>>(),
         "skipped": out.skipped.iter().map(|(n, why)| serde_json::json!({
             "name": n.as_str(), "reason": why,
-        })).collect::<Vec<_>>(),
-        "unmanaged": out.unmanaged.iter().map(|(p, why)| serde_json::json!({
+        })).chain(runs.live.iter().map(|(id, pid)| serde_json::json!({
+            "run": id, "reason": format!("running (pid {pid})"),
+        }))).collect::<Vec<_>>(),
+        "unmanaged": unmanaged.map(|(p, why)| serde_json::json!({
             "path": p, "reason": why,
         })).collect::<Vec<_>>(),
     });

@@ -198,7 +198,8 @@ impl Drop for RunEgress {
 /// Creates `<runtime>/egress/<id>/` (0700, with an `owner` marker: this process's pid and start
 /// time, so a run killed before its cleanup leaves a directory the next run's sweep proves stale
 /// and removes) and in it `relay/`, the egress directory bound into the sandbox; starts the
-/// proxy child. The audit log goes to `<state>/runs/<id>/audit.jsonl`.
+/// proxy child. The audit log goes to `<state>/runs/<id>/audit.jsonl`, whose directory carries
+/// its own owner marker and outlives the run until the next `clean` (see `lifecycle::runs`).
 fn start_egress(
     roots: &airlock_config::Roots,
     project_root: Option<PathBuf>,
@@ -230,9 +231,10 @@ fn start_egress(
         format!("{} {}\n", me.pid, me.start_time).as_bytes(),
     )?;
     materialize(&dir, roots, &image_root)?;
-    let runs = roots.state.join("runs");
+    let runs = super::lifecycle::runs::runs_root(&roots.state);
     ensure_root(roots, &runs)?;
-    let audit = runs.join(&spec.id).join(super::policy::log::AUDIT_LOG_FILE);
+    let audit = super::lifecycle::runs::create_run_dir(&runs, &spec.id)?
+        .join(super::policy::log::AUDIT_LOG_FILE);
     let start = EgressStart::new(dir.clone(), project_root, audit);
     let proxy = ProxySupervisor::launch(start).map_err(egress_error)?;
     guard.proxy = Some(proxy);

@@ -198,3 +198,70 @@ fn down_never_signals_a_process_that_merely_reuses_a_recorded_pid() {
     bystander.kill().unwrap();
     bystander.wait().unwrap();
 }
+
+/// The one directory under `<state>/runs` that carries a run owner marker, once there is one.
+fn run_dir(p: &Project) -> Option<std::path::PathBuf> {
+    let entries = std::fs::read_dir(p.state_root().join("runs")).ok()?;
+    entries
+        .flatten()
+        .map(|e| e.path())
+        .find(|d| d.join(".airlock-run-owner").exists())
+}
+
+#[test]
+fn clean_removes_the_state_of_a_killed_run_and_never_a_live_runs() {
+    let p = Project::new();
+    let mut child = p
+        .command(&["run", "--", "sleep", "300"])
+        .spawn()
+        .expect("spawn airlock run");
+    let started = wait_until(Duration::from_secs(30), || run_dir(&p).is_some());
+    let dir = run_dir(&p);
+    if !started {
+        let _ = child.kill();
+        let out = child.wait_with_output().expect("wait for run");
+        panic!("run made no state directory: {out:?}");
+    }
+    let dir = dir.expect("run dir");
+    let id = dir.file_name().unwrap().to_string_lossy().into_owned();
+
+    // A live run: its directory stays, and clean says why it left it.
+    let live = p.run(&["clean", "--json"]);
+    live.assert_code(0);
+    let doc = live.json();
+    assert!(dir.exists(), "clean removed a live run's directory");
+    assert_eq!(doc["runs"], serde_json::json!([]), "{doc}");
+    let skipped = doc["skipped"].to_string();
+    assert!(skipped.contains(&id), "live run not reported: {doc}");
+
+    // SIGKILL: the run cannot clean up after itself; its directory is left behind.
+    kill9(u64::from(child.id()));
+    child.wait().expect("reap airlock run");
+    assert!(
+        dir.exists(),
+        "the killed run's directory vanished on its own"
+    );
+
+    // An unmarked directory beside it is not ours to remove.
+    let stranger = p.state_root().join("runs").join("not-airlocks");
+    std::fs::create_dir(&stranger).unwrap();
+
+    let run = p.run(&["clean", "--json"]);
+    run.assert_code(0);
+    let doc = run.json();
+    assert!(!dir.exists(), "clean left the killed run's directory");
+    let removed: Vec<&str> = doc["runs"]
+        .as_array()
+        .expect("runs")
+        .iter()
+        .map(|r| r["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(removed, [id.as_str()], "{doc}");
+    assert!(stranger.exists(), "clean removed an unmarked directory");
+    assert!(
+        doc["unmanaged"].to_string().contains("not-airlocks"),
+        "{doc}"
+    );
+    let human = p.run(&["clean"]);
+    assert!(human.stdout.contains("unmanaged"), "{}", human.stdout);
+}

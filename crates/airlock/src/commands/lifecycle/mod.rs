@@ -4,6 +4,7 @@
 
 pub mod backend;
 pub mod keeper;
+pub mod runs;
 
 use std::path::Path;
 use std::time::Duration;
@@ -60,6 +61,8 @@ pub fn resolve_name(
 pub struct Setup {
     pub stores: Stores,
     pub backend: LinuxBackend,
+    /// What the L9 sweep of `airlock run`'s state removed and left (mutating verbs only).
+    pub runs: runs::RunSweep,
 }
 
 impl Setup {
@@ -72,7 +75,8 @@ impl Setup {
 }
 
 /// Opens the lifecycle state. Mutating verbs create the state and runtime roots as private
-/// directories; read-only ones only verify what exists (issue 4 item 9) and create nothing.
+/// directories and sweep the state of finished `run`s ([`runs::sweep`], L9); read-only ones
+/// only verify what exists (issue 4 item 9) and create nothing.
 pub fn setup(ctx: &Context, mutating: bool) -> Result<Setup, CommandError> {
     let roots = ctx.roots()?;
     for dir in [&roots.state, &roots.runtime] {
@@ -87,7 +91,16 @@ pub fn setup(ctx: &Context, mutating: bool) -> Result<Setup, CommandError> {
         state_root: roots.state.clone(),
         runtime_root: roots.runtime.clone(),
     };
-    Ok(Setup { stores, backend })
+    let runs = if mutating {
+        runs::sweep(&roots.state)
+    } else {
+        runs::RunSweep::default()
+    };
+    Ok(Setup {
+        stores,
+        backend,
+        runs,
+    })
 }
 
 /// Verifies a root without creating it (anchor as in [`ensure_root`]).

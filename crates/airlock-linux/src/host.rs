@@ -256,9 +256,7 @@ impl Sandbox {
                 got: pid1.clone(),
             })
         })?;
-        self.pid1 = rustix::process::Pid::from_raw(pid1).and_then(|p| {
-            rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok()
-        });
+        self.pid1 = crate::pidfd::open(pid1);
         sync.expect("ready").map_err(init_err)?;
         self.timings.rootfs = t.elapsed();
         Ok(())
@@ -309,9 +307,9 @@ impl Sandbox {
         // PID 1 exits once it sees the control socket close; its pidfd becomes readable when it
         // has exited, which (as init of the PID namespace) means every sandbox process is gone.
         if let Some(pid1) = &self.pid1 {
-            if !wait_pidfd(pid1, grace) {
+            if !crate::pidfd::wait_exit(pid1, grace) {
                 let _ = rustix::process::pidfd_send_signal(pid1, rustix::process::Signal::KILL);
-                wait_pidfd(pid1, KILL_WAIT);
+                crate::pidfd::wait_exit(pid1, KILL_WAIT);
             }
         }
         // The intermediate exits right after reaping PID 1; kill it in case PID 1 never started.
@@ -325,27 +323,6 @@ impl Sandbox {
 
 /// How long to wait for PID 1 after SIGKILL.
 const KILL_WAIT: Duration = Duration::from_secs(5);
-
-/// Waits up to `limit` for the process behind `pidfd` to exit; whether it did.
-fn wait_pidfd(pidfd: &OwnedFd, limit: Duration) -> bool {
-    let deadline = Instant::now() + limit;
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let timeout = rustix::event::Timespec {
-            tv_sec: left.as_secs() as i64,
-            tv_nsec: i64::from(left.subsec_nanos()),
-        };
-        let mut fds = [rustix::event::PollFd::new(
-            pidfd,
-            rustix::event::PollFlags::IN,
-        )];
-        match rustix::event::poll(&mut fds, Some(&timeout)) {
-            Ok(n) => return n > 0,
-            Err(rustix::io::Errno::INTR) if !left.is_zero() => continue,
-            Err(_) => return false,
-        }
-    }
-}
 
 impl Drop for Sandbox {
     fn drop(&mut self) {

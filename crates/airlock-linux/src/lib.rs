@@ -8,6 +8,7 @@ pub mod doctor;
 pub mod host;
 pub mod idmap;
 pub mod init;
+pub mod pidfd;
 pub mod rootfs;
 pub mod seccomp;
 pub mod spec;

@@ -21,7 +21,7 @@ use std::ffi::CString;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Handle held by airlock; dropping it (or airlock dying) starts the cleanup.
 #[derive(Debug)]
@@ -42,27 +42,8 @@ impl Janitor {
     /// Waits on a pidfd, so it returns as soon as the janitor exits (no polling interval).
     pub fn release(mut self, wait: Duration) -> bool {
         self.pipe.take();
-        let pid = rustix::process::Pid::from_raw(self.pid);
-        let pidfd = pid.and_then(|p| {
-            rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok()
-        });
-        if let Some(pidfd) = &pidfd {
-            let deadline = Instant::now() + wait;
-            loop {
-                let left = deadline.saturating_duration_since(Instant::now());
-                let timeout = rustix::event::Timespec {
-                    tv_sec: left.as_secs() as i64,
-                    tv_nsec: i64::from(left.subsec_nanos()),
-                };
-                let mut fds = [rustix::event::PollFd::new(
-                    pidfd,
-                    rustix::event::PollFlags::IN,
-                )];
-                match rustix::event::poll(&mut fds, Some(&timeout)) {
-                    Err(rustix::io::Errno::INTR) => continue,
-                    Ok(_) | Err(_) => break,
-                }
-            }
+        if let Some(pidfd) = crate::pidfd::open(self.pid) {
+            crate::pidfd::wait_exit(&pidfd, wait);
         }
         let mut status = 0;
         // SAFETY: `status` is a valid out-pointer; `pid` is our child.

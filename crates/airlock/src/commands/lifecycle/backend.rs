@@ -175,10 +175,7 @@ fn wait_gone(id: &ProcessIdentity, limit: Duration) -> bool {
 /// Sends `signal` to `id` only after proving it is still the recorded process (through a
 /// pidfd opened first, so the pid cannot be recycled between proof and signal).
 fn signal_proven(id: &ProcessIdentity, signal: rustix::process::Signal) -> bool {
-    let Some(pid) = rustix::process::Pid::from_raw(id.pid as i32) else {
-        return false;
-    };
-    let Ok(fd) = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()) else {
+    let Some(fd) = airlock_linux::pidfd::open(id.pid as i32) else {
         return false;
     };
     if check_process(id) != Liveness::Ours {

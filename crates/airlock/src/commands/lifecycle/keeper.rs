@@ -294,9 +294,7 @@ fn serve(
     else {
         return Some("the keeper could not set up its signal handling".into());
     };
-    let pid1 = rustix::process::Pid::from_raw(guest_pid as i32)
-        .and_then(|p| rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok());
-    let Some(pid1) = pid1 else {
+    let Some(pid1) = airlock_linux::pidfd::open(guest_pid as i32) else {
         return Some(format!("the sandbox's PID 1 (host pid {guest_pid}) exited"));
     };
     let control = match sandbox.control().map(|c| c.try_clone_to_owned()) {

@@ -9,8 +9,9 @@
 //! command and holds its stream; `exec` returns as soon as the guest accepted it.
 //! Processes a command leaves in the background keep running after `exec` returns.
 
+use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use airlock_core::backend::Backend;
 use airlock_core::lifecycle::{self, Health};
@@ -24,17 +25,15 @@ use crate::context::Context;
 use crate::error::{CommandError, ErrorKind};
 use crate::output::Doc;
 
+/// How the one command runs: the options `exec` and `run` share (same flags, same help).
 #[derive(Args, Debug)]
-pub struct ExecArgs {
+pub struct CommandOptions {
     /// Stream stdin to the command
     #[arg(short = 'i', long)]
     pub interactive: bool,
     /// Give the command a terminal (PTY); needs a terminal on stdin and stdout
     #[arg(short = 't', long)]
     pub tty: bool,
-    /// Start the command detached and return at once
-    #[arg(short = 'd', long, conflicts_with_all = ["interactive", "tty"])]
-    pub detach: bool,
     /// Working directory inside the sandbox (inside a workspace, mount or the sandbox home)
     #[arg(short = 'w', long = "workdir", value_name = "DIR")]
     pub workdir: Option<PathBuf>,
@@ -44,6 +43,54 @@ pub struct ExecArgs {
     /// Run as root of the sandbox's user namespace (never the host's root)
     #[arg(long)]
     pub root: bool,
+}
+
+impl CommandOptions {
+    /// Parses `-e` and checks that `-t` has a terminal; runs before any side effect.
+    pub fn validate(&self, ctx: &Context) -> Result<BTreeMap<String, String>, CommandError> {
+        let env = super::run::parse_env(&self.env)?;
+        if self.tty && !(ctx.stdin_is_terminal && ctx.stdout_is_terminal) {
+            return Err(
+                CommandError::usage("-t needs a terminal on stdin and stdout")
+                    .with_hint("drop -t (use -i to stream stdin), or run from a terminal"),
+            );
+        }
+        Ok(env)
+    }
+
+    /// The request to run `argv` in `cwd` with `env` (from [`Self::validate`]), checked by the
+    /// protocol's own validation (a usage error, exit 2, when it refuses).
+    pub fn request(
+        &self,
+        argv: &[String],
+        env: BTreeMap<String, String>,
+        cwd: &Path,
+    ) -> Result<ExecRequest, CommandError> {
+        let request = ExecRequest {
+            argv: argv.to_vec(),
+            env,
+            cwd: Some(cwd.to_string_lossy().into_owned()),
+            user: if self.root {
+                ExecUser::Root
+            } else {
+                ExecUser::Sandbox
+            },
+            tty: self.tty.then(super::run::exec::tty_request),
+        };
+        request
+            .validate()
+            .map_err(|e| CommandError::usage(e.to_string()))?;
+        Ok(request)
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct ExecArgs {
+    #[command(flatten)]
+    pub cmd: CommandOptions,
+    /// Start the command detached and return at once
+    #[arg(short = 'd', long, conflicts_with_all = ["interactive", "tty"])]
+    pub detach: bool,
     /// The sandbox to use instead of the project's
     #[arg(long, value_name = "NAME", allow_hyphen_values = true)]
     pub name: Option<String>,
@@ -53,13 +100,7 @@ pub struct ExecArgs {
 }
 
 pub fn run(args: ExecArgs, ctx: &Context) -> Result<Report, CommandError> {
-    let env = super::run::parse_env(&args.env)?;
-    if args.tty && !(ctx.stdin_is_terminal && ctx.stdout_is_terminal) {
-        return Err(
-            CommandError::usage("-t needs a terminal on stdin and stdout")
-                .with_hint("drop -t (use -i to stream stdin), or run from a terminal"),
-        );
-    }
+    let env = args.cmd.validate(ctx)?;
     let (name, _) = resolve_name(ctx, args.name.as_deref())?;
     let setup = setup(ctx, false)?;
     let status =
@@ -89,25 +130,12 @@ pub fn run(args: ExecArgs, ctx: &Context) -> Result<Report, CommandError> {
             )
             .with_hint("run `airlock down` and `airlock up` to rebuild the sandbox")
         })?;
-    let cwd = super::run::resolve_workdir(args.workdir.as_deref(), &ctx.cwd, &start.spec)?;
+    let cwd = super::run::resolve_workdir(args.cmd.workdir.as_deref(), &ctx.cwd, &start.spec)?;
     let mut env = env;
     if start.spec.egress.is_some() {
         super::egress::add_current_placeholders(&ctx.roots()?.data, &mut env);
     }
-    let request = ExecRequest {
-        argv: args.command.clone(),
-        env,
-        cwd: Some(cwd.to_string_lossy().into_owned()),
-        user: if args.root {
-            ExecUser::Root
-        } else {
-            ExecUser::Sandbox
-        },
-        tty: args.tty.then(super::run::exec::tty_request),
-    };
-    request
-        .validate()
-        .map_err(|e| CommandError::usage(e.to_string()))?;
+    let request = args.cmd.request(&args.command, env, &cwd)?;
     if args.detach {
         detached(&record.paths.runtime_dir.join(SOCKET), &request)?;
         return Ok(Report::new(
@@ -120,7 +148,7 @@ pub fn run(args: ExecArgs, ctx: &Context) -> Result<Report, CommandError> {
         .connect(&record)
         .map_err(|e| lifecycle_error(e.into()))?;
     let key = super::up::key_of(&channel.key)?;
-    let code = super::run::exec::run_stream(channel.stream, &key, &request, args.interactive)?;
+    let code = super::run::exec::run_stream(channel.stream, &key, &request, args.cmd.interactive)?;
     let mut report = Report::new(Doc::new(), serde_json::Value::Null);
     report.status = Some(u8::try_from(code).unwrap_or(u8::MAX));
     Ok(report)

@@ -26,7 +26,6 @@ use airlock_config::Effective;
 use airlock_linux::bootstrap::{BootstrapError, STAGE_INIT, STAGE_NAMESPACES, STAGE_ROOTFS};
 use airlock_linux::host::{Sandbox, StartError, StartOptions};
 use airlock_linux::spec::{HostUser, Image, Limit, Limits, Mapping, SandboxSpec};
-use airlock_protocol::{ExecRequest, ExecUser};
 use clap::Args;
 
 use super::plan::load_effective;
@@ -40,21 +39,8 @@ pub(crate) mod limits;
 
 #[derive(Args, Debug)]
 pub struct RunArgs {
-    /// Stream stdin to the command
-    #[arg(short = 'i', long)]
-    pub interactive: bool,
-    /// Give the command a terminal (PTY); needs a terminal on stdin and stdout
-    #[arg(short = 't', long)]
-    pub tty: bool,
-    /// Working directory inside the sandbox (inside a workspace, mount or the sandbox home)
-    #[arg(short = 'w', long = "workdir", value_name = "DIR")]
-    pub workdir: Option<PathBuf>,
-    /// Set an environment variable for the command (repeatable)
-    #[arg(short = 'e', long = "env", value_name = "K=V")]
-    pub env: Vec<String>,
-    /// Run as root of the sandbox's user namespace (never the host's root)
-    #[arg(long)]
-    pub root: bool,
+    #[command(flatten)]
+    pub cmd: super::exec::CommandOptions,
     /// Memory limit in MiB for this run only (minimum 256); no file is rewritten
     #[arg(long, value_name = "N")]
     pub memory_mb: Option<u64>,
@@ -71,13 +57,7 @@ pub fn run(args: RunArgs, ctx: &Context) -> Result<Report, CommandError> {
             .is_some(),
     );
     // 1. Everything is validated before the first side effect.
-    let env = parse_env(&args.env)?;
-    if args.tty && !(ctx.stdin_is_terminal && ctx.stdout_is_terminal) {
-        return Err(
-            CommandError::usage("-t needs a terminal on stdin and stdout")
-                .with_hint("drop -t (use -i to stream stdin), or run from a terminal"),
-        );
-    }
+    let env = args.cmd.validate(ctx)?;
     let roots = ctx.roots()?;
     let project = active_project(ctx)?;
     let mut notes = Vec::new();
@@ -85,27 +65,10 @@ pub fn run(args: RunArgs, ctx: &Context) -> Result<Report, CommandError> {
     for n in &notes {
         eprintln!("{n}");
     }
-    let mut spec = build_spec(&effective, args.root)?;
+    let mut spec = build_spec(&effective, args.cmd.root)?;
     super::egress::attach(&mut spec, &effective.network, &roots.data)?;
-    let cwd = resolve_workdir(args.workdir.as_deref(), &ctx.cwd, &spec)?;
-    let request = ExecRequest {
-        argv: args.command.clone(),
-        env,
-        cwd: Some(cwd.to_string_lossy().into_owned()),
-        user: if args.root {
-            ExecUser::Root
-        } else {
-            ExecUser::Sandbox
-        },
-        tty: if args.tty {
-            Some(exec::tty_request())
-        } else {
-            None
-        },
-    };
-    request
-        .validate()
-        .map_err(|e| CommandError::usage(e.to_string()))?;
+    let cwd = resolve_workdir(args.cmd.workdir.as_deref(), &ctx.cwd, &spec)?;
+    let request = args.cmd.request(&args.command, env, &cwd)?;
 
     phases.done("validate");
 
@@ -139,7 +102,7 @@ pub fn run(args: RunArgs, ctx: &Context) -> Result<Report, CommandError> {
     phases.restart();
     let outcome = egress
         .wait_ready()
-        .and_then(|()| exec::run(&sandbox, &request, args.interactive));
+        .and_then(|()| exec::run(&sandbox, &request, args.cmd.interactive));
     phases.done("guest+exec");
     // CMD is done: the proxy's exit (a multi-threaded process tearing down) overlaps the
     // sandbox's destruction; it is reaped and its directory removed last.

@@ -33,8 +33,8 @@ use tokio::net::{TcpStream, UnixStream};
 use crate::audit::{Mode, Verdict};
 use crate::denial::{Denial, DenyReason, TLS_ACCESS_DENIED};
 use crate::forward::{
-    checked_target, connect_tcp, fail, forward_intercepted, text_response, ProxyBody, RequestStart,
-    UpstreamSlot,
+    checked_target, connect_tcp, fail, forward_intercepted, malformed, text_response, ProxyBody,
+    RequestStart, UpstreamSlot,
 };
 use crate::server::Shared;
 use crate::sni::{parse_client_hello, HelloError};
@@ -62,16 +62,7 @@ pub(crate) async fn handle_connect<S: ClientStream>(
         .authority()
         .and_then(|a| Some((a.host().to_owned(), a.port_u16()?)))
     else {
-        let rule = "malformed proxy request".to_owned();
-        let text = "CONNECT needs host:port".to_owned();
-        return fail(
-            &shared,
-            &start,
-            ("", 0),
-            rule,
-            StatusCode::BAD_REQUEST,
-            text,
-        );
+        return malformed(&shared, &start, "CONNECT needs host:port".to_owned());
     };
     let runtime = shared.runtime();
     let target = match checked_target(&shared, &start, &host, port).await {

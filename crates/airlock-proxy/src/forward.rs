@@ -123,6 +123,17 @@ pub(crate) fn fail(
     text_response(status, format!("airlock proxy: {text}\n"))
 }
 
+/// Answers a request that is not a well-formed proxy request: 400 with `text`, audited as a
+/// denial with no host (the request named none airlock could use).
+pub(crate) fn malformed(
+    shared: &Shared,
+    start: &RequestStart,
+    text: String,
+) -> Response<ProxyBody> {
+    let rule = "malformed proxy request".to_owned();
+    fail(shared, start, ("", 0), rule, StatusCode::BAD_REQUEST, text)
+}
+
 /// Splits a `Host` header value into host and port.
 fn parse_host_header(value: &HeaderValue, default_port: u16) -> Option<(String, u16)> {
     let text = value.to_str().ok()?;
@@ -202,15 +213,7 @@ pub(crate) async fn forward_http(
             Some("https") => "send HTTPS through CONNECT (set HTTPS_PROXY)".to_owned(),
             _ => "this is an HTTP proxy: send absolute-form requests (http://host/path)".to_owned(),
         };
-        let rule = "malformed proxy request".to_owned();
-        return fail(
-            &shared,
-            &start,
-            ("", 0),
-            rule,
-            StatusCode::BAD_REQUEST,
-            text,
-        );
+        return malformed(&shared, &start, text);
     };
     let host = airlock_config::policy::normalize_host(authority.host());
     let port = authority.port_u16().unwrap_or(80);

@@ -100,6 +100,19 @@ fn assess_locked(record: &SandboxRecord, seen: &Inspection) -> Health {
     }
 }
 
+/// The record of a sandbox whose lock we hold, with its health; `None` without a record.
+fn locked_state<B: Backend>(
+    stores: &Stores,
+    backend: &B,
+    name: &SandboxName,
+) -> Result<Option<(crate::Record<SandboxRecord>, Health)>, LifecycleError> {
+    let Some(rec) = stores.record(name)? else {
+        return Ok(None);
+    };
+    let health = assess_locked(&rec.data, &backend.inspect(&rec.data));
+    Ok(Some((rec, health)))
+}
+
 /// Stops and removes one sandbox whose lock we hold, if it is not healthy. `Ok(None)`: absent
 /// or healthy, nothing done.
 fn cleanup_locked<B: Backend>(
@@ -108,11 +121,9 @@ fn cleanup_locked<B: Backend>(
     name: &SandboxName,
     grace: Duration,
 ) -> Result<Option<(Health, Freed)>, LifecycleError> {
-    let Some(rec) = stores.record(name)? else {
+    let Some((rec, health)) = locked_state(stores, backend, name)? else {
         return Ok(None);
     };
-    let seen = backend.inspect(&rec.data);
-    let health = assess_locked(&rec.data, &seen);
     match health {
         Health::Ready | Health::Absent | Health::Starting => return Ok(None),
         Health::Stale | Health::Stopped | Health::Failed => {}
@@ -192,14 +203,9 @@ fn clean_one<B: Backend>(
     name: &SandboxName,
     grace: Duration,
 ) -> Result<Option<(Health, Freed)>, LifecycleError> {
-    let Some(rec) = stores.record(name)? else {
-        return Ok(None);
-    };
-    if matches!(
-        assess_locked(&rec.data, &backend.inspect(&rec.data)),
-        Health::Ready
-    ) {
-        return Ok(None);
+    match locked_state(stores, backend, name)? {
+        None | Some((_, Health::Ready)) => return Ok(None),
+        Some(_) => {}
     }
     let (mut log, _) = OperationLog::begin(stores, name, OperationKind::Clean)?;
     log.phase("cleanup")?;

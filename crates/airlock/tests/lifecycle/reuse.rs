@@ -4,6 +4,14 @@
 use super::{wait_until, Project};
 use std::time::Duration;
 
+/// A user config with one mount of `data`, read-only or not.
+fn mount_config(data: &std::path::Path, read_only: bool) -> String {
+    format!(
+        "[[mount]]\nname = \"data\"\npath = \"{}\"\nread_only = {read_only}\n",
+        data.display()
+    )
+}
+
 #[test]
 fn up_twice_reuses_the_sandbox_and_keeps_its_epoch() {
     let p = Project::new();
@@ -42,12 +50,7 @@ fn up_prints_preparation_provisioning_and_total_time_on_one_line() {
 fn a_changed_mount_is_refused_naming_the_mount_and_airlock_down() {
     let p = Project::new();
     let data = p.env.dir("data");
-    let config = |ro: bool| {
-        format!(
-            "[[mount]]\nname = \"data\"\npath = \"{}\"\nread_only = {ro}\n",
-            data.display()
-        )
-    };
+    let config = |ro: bool| mount_config(&data, ro);
     p.env.write_user_config(&config(true));
     let first = p.up();
     p.env.write_user_config(&config(false));
@@ -214,12 +217,7 @@ fn world(root: &std::path::Path) -> std::collections::BTreeMap<std::path::PathBu
 fn plan_lists_each_field_a_running_sandbox_differs_in_and_changes_nothing() {
     let p = Project::new();
     let data = p.env.dir("data");
-    let config = |ro: bool| {
-        format!(
-            "[[mount]]\nname = \"data\"\npath = \"{}\"\nread_only = {ro}\n",
-            data.display()
-        )
-    };
+    let config = |ro: bool| mount_config(&data, ro);
     p.env.write_user_config(&config(true));
     let first = p.up();
 

@@ -5,11 +5,9 @@
 //! 1. Validate the whole command line (`-e`, `-w`, `-t` needs a terminal) and the configuration
 //!    (project discovery C4, strict load) before any side effect: exit 2 on any problem.
 //! 2. Build the [`SandboxSpec`] (a plain value: the runtime makes no policy decisions).
-//! 3. Egress directory and proxy child (on this thread: the child's PDEATHSIG is bound to it)
-//!    and, concurrently on a second thread, limits: create the sandbox's cgroup (with its
-//!    janitor, so a SIGKILLed airlock leaves none); where the user may not create cgroups,
-//!    default limits are skipped with a warning naming `airlock doctor`, an explicit limit
-//!    refuses the run. Both must succeed before anything of the sandbox exists.
+//! 3. Limits: create the sandbox's cgroup (with its janitor, so a SIGKILLed airlock leaves none);
+//!    where the user may not create cgroups, default limits are skipped with a warning naming
+//!    `airlock doctor`, an explicit limit refuses the run.
 //! 4. Start the sandbox; the init stage joins the cgroup before PID 1 exists (the join hook),
 //!    so every sandbox process is inside it.
 //! 5. Exec CMD through the control channel (authenticated stream), stdin streamed with `-i`,
@@ -83,29 +81,10 @@ pub fn run(args: RunArgs, ctx: &Context) -> Result<Report, CommandError> {
     // Runtime directories of runs whose airlock was killed (L9: ownership-checked cleanup).
     airlock_linux::host::sweep_stale(&opts.sandboxes_dir);
     let project_root = effective.project.as_ref().map(|p| p.root.clone());
-    // The cgroup (mkdirs, limit writes, the janitor's fork) is independent of the egress
-    // directory and proxy: it is prepared on a second thread meanwhile, and both must have
-    // succeeded before the sandbox starts (so failures are reported exactly as before).
-    let (egress, cgroup) = std::thread::scope(|s| {
-        let cgroup = s.spawn(|| limits::prepare(&spec));
-        let egress = start_egress(&roots, project_root, &spec.id, &spec.image);
-        let cgroup = cgroup
-            .join()
-            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-        (egress, cgroup)
-    });
-    let (mut egress, mut cgroup) = match (egress, cgroup) {
-        (Ok(egress), Ok(cgroup)) => (egress, cgroup),
-        (Err(e), Ok(mut cgroup)) => {
-            cgroup.destroy();
-            return Err(e);
-        }
-        (Ok(_), Err(e)) | (Err(_), Err(e)) => return Err(e),
-    };
-    if let Some(e) = spec.egress.as_mut() {
-        e.host_dir = egress.dir.join(RELAY_DIR);
-    }
-    phases.done("egress+cgroup");
+    let mut egress = start_egress(&roots, project_root, &mut spec)?;
+    phases.done("egress");
+    let mut cgroup = limits::prepare(&spec)?;
+    phases.done("cgroup");
     let started = Sandbox::start(&spec, &opts, &mut |pid| cgroup.join(pid));
     let sandbox = match started {
         Ok(s) => s,
@@ -140,9 +119,6 @@ pub fn run(args: RunArgs, ctx: &Context) -> Result<Report, CommandError> {
     }
     std::process::exit(status)
 }
-
-/// The egress directory bound into the sandbox, inside the run's `<runtime>/egress/<id>/`.
-const RELAY_DIR: &str = "relay";
 
 /// The ephemeral sandbox's egress proxy (N1), stopped and its directory removed on drop.
 struct RunEgress {
@@ -190,16 +166,15 @@ impl Drop for RunEgress {
 fn start_egress(
     roots: &airlock_config::Roots,
     project_root: Option<PathBuf>,
-    id: &str,
-    image: &Image,
+    spec: &mut SandboxSpec,
 ) -> Result<RunEgress, CommandError> {
     use super::egress::{materialize, supervisor::ProxySupervisor, EgressStart};
     let base = roots.runtime.join("egress");
     ensure_root(roots, &base)?;
     airlock_linux::host::sweep_stale(&base);
-    let outer = base.join(id);
-    let dir = outer.join(RELAY_DIR);
-    let image_root = match image {
+    let outer = base.join(&spec.id);
+    let dir = outer.join("relay");
+    let image_root = match &spec.image {
         Image::Host => PathBuf::from("/"),
         Image::Directory(p) => p.clone(),
     };
@@ -221,11 +196,14 @@ fn start_egress(
     materialize(&dir, roots, &image_root)?;
     let runs = super::lifecycle::runs::runs_root(&roots.state);
     ensure_root(roots, &runs)?;
-    let audit =
-        super::lifecycle::runs::create_run_dir(&runs, id)?.join(super::policy::log::AUDIT_LOG_FILE);
-    let start = EgressStart::new(dir, project_root, audit);
+    let audit = super::lifecycle::runs::create_run_dir(&runs, &spec.id)?
+        .join(super::policy::log::AUDIT_LOG_FILE);
+    let start = EgressStart::new(dir.clone(), project_root, audit);
     let proxy = ProxySupervisor::launch(start).map_err(egress_error)?;
     guard.proxy = Some(proxy);
+    if let Some(e) = spec.egress.as_mut() {
+        e.host_dir = dir;
+    }
     Ok(guard)
 }
 

@@ -389,7 +389,11 @@ async fn upstream_sender(
         return Ok(sender);
     }
     let name = ServerName::try_from(target.host.clone()).map_err(|e| e.to_string())?;
-    let connector = tokio_rustls::TlsConnector::from(shared.upstream_tls.clone());
+    let config = shared.upstream_tls.config().await.map_err(|e| {
+        tracing::error!(error = %e, "cannot build the upstream trust store");
+        format!("upstream trust store: {e}")
+    })?;
+    let connector = tokio_rustls::TlsConnector::from(config);
     let stream = connector
         .connect(name, tcp)
         .await

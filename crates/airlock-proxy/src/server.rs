@@ -1,8 +1,11 @@
 //! The proxy process side: configuration, the accept loop, live updates and shutdown.
 //!
-//! One [`Proxy`] serves one sandbox. [`Proxy::start`] builds everything that can fail (the
-//! upstream trust store, the audit log) before accepting a single connection, then spawns the
-//! accept loop on the current tokio runtime. Each accepted connection is served by hyper's
+//! One [`Proxy`] serves one sandbox. [`Proxy::start`] checks what can fail cheaply (the extra
+//! CA files, that a system trust store exists, the audit log) before accepting a single
+//! connection, then spawns the accept loop on the current tokio runtime. Nothing a run may
+//! never use is built at start: the system roots and upstream TLS config are built at the
+//! first upstream TLS connection ([`crate::tls::UpstreamTrust`]), the interception CA at the
+//! first interception. Each accepted connection is served by hyper's
 //! HTTP/1 server; `CONNECT` requests are upgraded and handed to [`crate::connect`], everything
 //! else goes through [`crate::forward`].
 //!
@@ -25,7 +28,6 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response};
 use hyper_util::rt::TokioIo;
-use rustls::ClientConfig;
 use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::watch;
 
@@ -33,7 +35,7 @@ use crate::audit::{AuditError, AuditLog};
 use crate::ca::{CaError, CertificateAuthority};
 use crate::connect::ClientStream;
 use crate::forward::{self, ProxyBody, UpstreamSlot};
-use crate::tls::{upstream_config, TlsSetupError};
+use crate::tls::{TlsSetupError, UpstreamTrust};
 
 /// Everything one sandbox's proxy needs.
 #[derive(Debug, Clone)]
@@ -117,7 +119,7 @@ pub(crate) struct Runtime {
 pub(crate) struct Shared {
     runtime: RwLock<Arc<Runtime>>,
     pub hosts: BTreeMap<String, IpAddr>,
-    pub upstream_tls: Arc<ClientConfig>,
+    pub upstream_tls: UpstreamTrust,
     pub audit: Arc<AuditLog>,
     ca_dir: PathBuf,
     ca: Mutex<Option<Arc<CertificateAuthority>>>,
@@ -166,7 +168,7 @@ pub struct Proxy;
 impl Proxy {
     /// Starts serving `listener` with `cfg` on the current tokio runtime.
     pub fn start(cfg: ProxyConfig, listener: ProxyListener) -> Result<ProxyHandle, ProxyError> {
-        let upstream_tls = upstream_config(&cfg.extra_roots)?;
+        let upstream_tls = UpstreamTrust::prepare(&cfg.extra_roots)?;
         let audit = Arc::new(AuditLog::open(&cfg.audit_path)?);
         let local_tcp = match &listener {
             ProxyListener::Tcp(l) => Some(
@@ -229,6 +231,12 @@ impl ProxyHandle {
     /// sandbox trust store.
     pub fn ca(&self) -> Result<Arc<CertificateAuthority>, ProxyError> {
         Ok(self.shared.ca()?)
+    }
+
+    /// Whether the upstream trust store has been built (i.e. some upstream TLS connection was
+    /// attempted); it is not read at start.
+    pub fn upstream_trust_built(&self) -> bool {
+        self.shared.upstream_tls.is_built()
     }
 
     /// The TCP address, when listening on TCP.

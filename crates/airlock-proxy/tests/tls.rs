@@ -46,6 +46,10 @@ async fn tunnelled_tls_shows_the_client_the_servers_own_certificate() {
         !w.ca_dir.exists(),
         "no CA is created while nothing needs interception"
     );
+    assert!(
+        !w.proxy.upstream_trust_built(),
+        "a tunnel never reads the upstream trust store"
+    );
 }
 
 #[tokio::test]
@@ -53,6 +57,10 @@ async fn tls_to_a_host_with_a_bound_secret_is_intercepted_with_an_airlock_leaf()
     let (w, port) = https_world(true).await;
     w.set_secret("TOKEN", &[&format!("{API}:{port}")], None, allow(port));
     let airlock_ca = w.proxy.ca().unwrap().cert_pem().to_owned();
+    assert!(
+        !w.proxy.upstream_trust_built(),
+        "the upstream trust store is not read at start"
+    );
     let r = https_via(
         w.addr,
         &format!("{API}:{port}"),
@@ -66,6 +74,7 @@ async fn tls_to_a_host_with_a_bound_secret_is_intercepted_with_an_airlock_leaf()
     assert_eq!(r.answer.status, 200, "{}", r.answer.body);
     assert!(der_contains(&r.peer, "airlock sandbox interception CA"));
     assert_eq!(r.answer.headers["x-upstream"], "echo");
+    assert!(w.proxy.upstream_trust_built());
     let only_upstream_ca = client_tls(&[&w.test_ca.cert.pem()]);
     let refused = https_via(
         w.addr,

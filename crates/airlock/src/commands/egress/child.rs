@@ -12,11 +12,17 @@
 //! 4. EOF on stdin (the owner is gone or done) stops everything; so does the owner's death
 //!    (`PR_SET_PDEATHSIG`).
 //!
+//! Everything runs on one current-thread tokio runtime, stdin included (read through the
+//! reactor as a non-blocking pipe): a start spawns no thread, which every `airlock run` pays
+//! for (B3). A reload's configuration read and the first upstream TLS connection's trust-store
+//! build briefly hold that thread; both are milliseconds.
+//!
 //! A host-port connector connects only to `127.0.0.1:<that port>` (N10); nothing else on the
 //! host is reachable through it.
 
 use std::ffi::OsString;
-use std::io::{BufRead, Write};
+use std::io::Write;
+use std::os::fd::AsFd;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
@@ -24,6 +30,7 @@ use airlock_config::effective::Network;
 use airlock_config::Roots;
 use airlock_proxy::{Proxy, ProxyConfig, ProxyHandle, ProxyListener};
 use airlock_secrets::{SecretBindings, SecretStore};
+use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::net::{TcpStream, UnixListener};
 
 use super::{ca_dir, port_socket, EgressStart, PROXY_SOCKET};
@@ -31,45 +38,49 @@ use super::{ca_dir, port_socket, EgressStart, PROXY_SOCKET};
 /// Entry point of the hidden verb; returns the exit status.
 pub fn main(_args: &[OsString]) -> i32 {
     let _ = rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL));
-    let stdin = std::io::stdin();
-    let mut lines = stdin.lock().lines();
-    let start: EgressStart = match lines.next() {
-        Some(Ok(line)) => match serde_json::from_str(&line) {
-            Ok(s) => s,
-            Err(e) => return answer_fatal(&format!("bad start request: {e}")),
-        },
-        _ => return answer_fatal("no start request"),
-    };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+    // One thread: the proxy of one sandbox serves one agent's connections, tunnels splice in
+    // the kernel, and a start spawns no worker threads (B3: every `run` pays this start).
+    let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
     {
         Ok(rt) => rt,
         Err(e) => return answer_fatal(&format!("cannot start the proxy runtime: {e}")),
     };
-    let mut fixed = None;
-    let started = match Loaded::load(&start) {
-        Ok(loaded) => {
-            fixed = Some(loaded.fixed());
-            runtime.block_on(serve(&start, loaded))
-        }
-        Err(e) => Err(e),
+    runtime.block_on(run())
+}
+
+/// The protocol of the module docs, on the current-thread runtime.
+async fn run() -> i32 {
+    let mut lines = match control_input() {
+        Ok(input) => BufReader::new(input).lines(),
+        Err(e) => return answer_fatal(&format!("stdin must be the owner's pipe: {e}")),
     };
-    let handle = match started {
+    let start: EgressStart = match lines.next_line().await {
+        Ok(Some(line)) => match serde_json::from_str(&line) {
+            Ok(s) => s,
+            Err(e) => return answer_fatal(&format!("bad start request: {e}")),
+        },
+        _ => return answer_fatal("no start request"),
+    };
+    let loaded = match Loaded::load(&start) {
+        Ok(loaded) => loaded,
+        Err(e) => return answer_fatal(&e),
+    };
+    let fixed = loaded.fixed();
+    let handle = match serve(&start, loaded).await {
         Ok(handle) => handle,
         Err(e) => return answer_fatal(&e),
     };
     if answer("ready").is_err() {
         return 1;
     }
-    for line in lines {
-        let Ok(line) = line else { break };
+    while let Ok(Some(line)) = lines.next_line().await {
         let mut restart = false;
         let reply = match line.trim() {
             "reload" => match Loaded::load(&start) {
                 Ok(l) => {
-                    restart = fixed.as_ref() != Some(&l.fixed());
+                    restart = fixed != l.fixed();
                     handle.update(l.network.policy(), l.bindings);
                     "ok".to_owned()
                 }
@@ -81,8 +92,15 @@ pub fn main(_args: &[OsString]) -> i32 {
             break;
         }
     }
-    runtime.block_on(handle.shutdown());
+    handle.shutdown().await;
     0
+}
+
+/// The owner's requests: stdin, which the supervisor makes a pipe, read through the runtime's
+/// reactor (no reader thread).
+fn control_input() -> std::io::Result<tokio::net::unix::pipe::Receiver> {
+    let fd = std::io::stdin().as_fd().try_clone_to_owned()?;
+    tokio::net::unix::pipe::Receiver::from_owned_fd(fd)
 }
 
 fn answer(line: &str) -> std::io::Result<()> {

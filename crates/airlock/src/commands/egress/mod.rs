@@ -182,8 +182,17 @@ fn secret_error(e: airlock_secrets::SecretError) -> CommandError {
         .with_hint("check the secret store with `airlock secret ls`")
 }
 
-/// Creates the egress directory (0700) and writes the CA certificate and bundle into it. The CA
+/// Per-user copies of the public trust files, in the runtime root, hard-linked into each egress
+/// directory: a run then allocates no inode and copies no 200 KiB bundle for them (on a
+/// disk-backed runtime root each new inode cost ~0.1 ms under churn, B3).
+const TRUST_CACHE: &str = "egress-trust";
+
+/// Creates the egress directory (0700) and places the CA certificate and bundle in it. The CA
 /// is created on first use under [`ca_dir`]; only its public certificate is copied.
+///
+/// Both files are hard links to complete, validated copies in [`TRUST_CACHE`] (keyed by the
+/// system bundle's identity and checked against the CA certificate before use), or written
+/// directly when that is impossible (another filesystem, an unwritable cache).
 pub fn materialize(dir: &Path, roots: &Roots, image_root: &Path) -> Result<(), CommandError> {
     let fail = |what: &str, path: &Path, e: &dyn std::fmt::Display| {
         CommandError::new(
@@ -203,17 +212,103 @@ pub fn materialize(dir: &Path, roots: &Roots, image_root: &Path) -> Result<(), C
     crate::context::ensure_root(roots, &ca_root)?;
     let ca = airlock_proxy::CertificateAuthority::load_or_create(&ca_root)
         .map_err(|e| fail("load the interception CA in", &ca_root, &e))?;
+    let ca_pem = ca.cert_pem().as_bytes();
+    let cache = roots.runtime.join(TRUST_CACHE);
+    let cache = crate::context::ensure_root(roots, &cache)
+        .is_ok()
+        .then_some(cache);
     let system = image_root.join(SYSTEM_CA_BUNDLE.trim_start_matches('/'));
-    let mut bundle = fs::read(&system).unwrap_or_default();
-    if !bundle.is_empty() && !bundle.ends_with(b"\n") {
-        bundle.push(b'\n');
+    let path = dir.join(CA_CERT);
+    place(
+        &path,
+        cache.as_ref().map(|c| c.join(CA_CERT)),
+        |f| fs::read(f).is_ok_and(|b| b == ca_pem),
+        || Ok(ca_pem.to_vec()),
+    )
+    .map_err(|e| fail("write", &path, &e))?;
+    let path = dir.join(CA_BUNDLE);
+    place(
+        &path,
+        cache.as_ref().map(|c| c.join(bundle_key(&system))),
+        |f| bundle_matches(f, &system, ca_pem),
+        || {
+            let mut bundle = fs::read(&system).unwrap_or_default();
+            if !bundle.is_empty() && !bundle.ends_with(b"\n") {
+                bundle.push(b'\n');
+            }
+            bundle.extend_from_slice(ca_pem);
+            Ok(bundle)
+        },
+    )
+    .map_err(|e| fail("write", &path, &e))
+}
+
+/// The cache name of the bundle built from `system`: its identity (device, inode, size,
+/// modification and change times), so an updated system bundle gets a fresh copy.
+fn bundle_key(system: &Path) -> String {
+    use std::os::unix::fs::MetadataExt;
+    match fs::metadata(system) {
+        Ok(m) => format!(
+            "bundle-{}-{}-{}-{}.{}-{}.{}.crt",
+            m.dev(),
+            m.ino(),
+            m.size(),
+            m.mtime(),
+            m.mtime_nsec(),
+            m.ctime(),
+            m.ctime_nsec()
+        ),
+        Err(_) => "bundle-none.crt".to_owned(),
     }
-    bundle.extend_from_slice(ca.cert_pem().as_bytes());
-    for (name, bytes) in [(CA_CERT, ca.cert_pem().as_bytes()), (CA_BUNDLE, &bundle)] {
-        let path = dir.join(name);
-        write_public(&path, bytes).map_err(|e| fail("write", &path, &e))?;
+}
+
+/// Whether `file` is a complete bundle of `system` (as it is now) and `ca_pem`: its length is
+/// the system bundle's (plus a separating newline) plus the certificate's, and it ends with
+/// the certificate.
+fn bundle_matches(file: &Path, system: &Path, ca_pem: &[u8]) -> bool {
+    use std::os::unix::fs::FileExt;
+    let system_len = fs::metadata(system).map(|m| m.len()).unwrap_or(0);
+    let Ok(f) = fs::File::open(file) else {
+        return false;
+    };
+    let Ok(len) = f.metadata().map(|m| m.len()) else {
+        return false;
+    };
+    let ca_len = ca_pem.len() as u64;
+    if len != system_len + ca_len && len != system_len + 1 + ca_len {
+        return false;
     }
-    Ok(())
+    let mut tail = vec![0u8; ca_pem.len()];
+    f.read_exact_at(&mut tail, len - ca_len).is_ok() && tail == ca_pem
+}
+
+/// Places the public file `target`: a hard link to `cached` when that is (or can be made) a
+/// valid copy, checked through the link itself (so a concurrent replacement of the cache entry
+/// cannot slip an unchecked file in), else a fresh file with `content`.
+fn place(
+    target: &Path,
+    cached: Option<PathBuf>,
+    valid: impl Fn(&Path) -> bool,
+    content: impl FnOnce() -> std::io::Result<Vec<u8>>,
+) -> std::io::Result<()> {
+    let Some(cached) = cached else {
+        return write_public(target, &content()?);
+    };
+    let tmp = target.with_extension("tmp");
+    let linked = |tmp: &Path| {
+        let _ = fs::remove_file(tmp);
+        fs::hard_link(&cached, tmp).is_ok() && valid(tmp)
+    };
+    if linked(&tmp) {
+        return fs::rename(&tmp, target);
+    }
+    let bytes = content()?;
+    let unique = cached.with_extension(format!("tmp.{}", std::process::id()));
+    if write_public_at(&unique, &cached, &bytes).is_ok() && linked(&tmp) {
+        return fs::rename(&tmp, target);
+    }
+    let _ = fs::remove_file(&tmp);
+    write_public(target, &bytes)
 }
 
 /// Writes a public file (0644) in a fresh inode, so a sandbox holding the old one open reads a
@@ -222,15 +317,22 @@ pub fn materialize(dir: &Path, roots: &Roots, image_root: &Path) -> Result<(), C
 /// cost milliseconds per `airlock run` on a disk-backed runtime root (B3). The rename alone
 /// keeps readers from ever seeing a partial file.
 fn write_public(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let tmp = path.with_extension("tmp");
-    let _ = fs::remove_file(&tmp);
+    write_public_at(&path.with_extension("tmp"), path, bytes)
+}
+
+/// [`write_public`] through the temporary name `tmp`.
+fn write_public_at(tmp: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let _ = fs::remove_file(tmp);
     let mut f = fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(0o644)
-        .open(&tmp)?;
-    f.write_all(bytes)?;
-    fs::rename(&tmp, path)
+        .open(tmp)?;
+    let done = f.write_all(bytes).and_then(|()| fs::rename(tmp, path));
+    if done.is_err() {
+        let _ = fs::remove_file(tmp);
+    }
+    done
 }
 
 #[cfg(test)]
@@ -339,5 +441,73 @@ mod tests {
         }
         let mode = fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o700);
+    }
+
+    fn inode(p: &Path) -> u64 {
+        use std::os::unix::fs::MetadataExt;
+        fs::metadata(p).unwrap().ino()
+    }
+
+    #[test]
+    fn sandboxes_share_one_checked_copy_of_the_bundle_and_an_update_gets_a_fresh_one() {
+        let home = tempfile::tempdir().unwrap();
+        let roots = Roots::from_env(|k| (k == "HOME").then(|| home.path().into())).unwrap();
+        let image = tempfile::tempdir().unwrap();
+        let certs = image.path().join("etc/ssl/certs");
+        fs::create_dir_all(&certs).unwrap();
+        let system = certs.join("ca-certificates.crt");
+        fs::write(&system, "SYSTEM ROOTS\n").unwrap();
+        let (a, b, c) = (
+            home.path().join("a"),
+            home.path().join("b"),
+            home.path().join("c"),
+        );
+        materialize(&a, &roots, image.path()).unwrap();
+        materialize(&b, &roots, image.path()).unwrap();
+        for f in [CA_CERT, CA_BUNDLE] {
+            assert_eq!(
+                inode(&a.join(f)),
+                inode(&b.join(f)),
+                "{f} is one shared copy"
+            );
+        }
+        let ca = fs::read_to_string(a.join(CA_CERT)).unwrap();
+        // An update of the system bundle (a new file, as dpkg writes it) reaches the next
+        // sandbox; the running one keeps its consistent copy.
+        let tmp = certs.join("new");
+        fs::write(&tmp, "UPDATED ROOTS").unwrap();
+        fs::rename(&tmp, &system).unwrap();
+        materialize(&c, &roots, image.path()).unwrap();
+        let fresh = fs::read_to_string(c.join(CA_BUNDLE)).unwrap();
+        assert_eq!(fresh, format!("UPDATED ROOTS\n{ca}"));
+        let old = fs::read_to_string(a.join(CA_BUNDLE)).unwrap();
+        assert_eq!(old, format!("SYSTEM ROOTS\n{ca}"));
+    }
+
+    #[test]
+    fn a_damaged_cached_copy_is_never_handed_to_a_sandbox() {
+        let home = tempfile::tempdir().unwrap();
+        let roots = Roots::from_env(|k| (k == "HOME").then(|| home.path().into())).unwrap();
+        let image = tempfile::tempdir().unwrap();
+        let certs = image.path().join("etc/ssl/certs");
+        fs::create_dir_all(&certs).unwrap();
+        fs::write(certs.join("ca-certificates.crt"), "SYSTEM ROOTS\n").unwrap();
+        let a = home.path().join("a");
+        materialize(&a, &roots, image.path()).unwrap();
+        let ca = fs::read_to_string(a.join(CA_CERT)).unwrap();
+        let cache = roots.runtime.join(TRUST_CACHE);
+        for entry in fs::read_dir(&cache).unwrap() {
+            let path = entry.unwrap().path();
+            // A fresh inode, as a crash or another writer would leave it: truncated.
+            fs::remove_file(&path).unwrap();
+            fs::write(&path, "SYSTEM RO").unwrap();
+        }
+        let b = home.path().join("b");
+        materialize(&b, &roots, image.path()).unwrap();
+        assert_eq!(fs::read_to_string(b.join(CA_CERT)).unwrap(), ca);
+        assert_eq!(
+            fs::read_to_string(b.join(CA_BUNDLE)).unwrap(),
+            format!("SYSTEM ROOTS\n{ca}")
+        );
     }
 }

@@ -166,9 +166,20 @@ impl Shared {
 pub struct Proxy;
 
 impl Proxy {
-    /// Starts serving `listener` with `cfg` on the current tokio runtime.
+    /// Starts serving `listener` with `cfg` on the current tokio runtime. The upstream trust
+    /// store is `cfg.extra_roots` plus the system store ([`UpstreamTrust::prepare`]).
     pub fn start(cfg: ProxyConfig, listener: ProxyListener) -> Result<ProxyHandle, ProxyError> {
-        let upstream_tls = UpstreamTrust::prepare(&cfg.extra_roots)?;
+        let trust = UpstreamTrust::prepare(&cfg.extra_roots)?;
+        Proxy::start_with_trust(cfg, listener, trust)
+    }
+
+    /// [`start`](Self::start) with an upstream trust store the caller prepared (e.g. another
+    /// system store, [`UpstreamTrust::with_system`]); `cfg.extra_roots` is not read again.
+    pub fn start_with_trust(
+        cfg: ProxyConfig,
+        listener: ProxyListener,
+        upstream_tls: UpstreamTrust,
+    ) -> Result<ProxyHandle, ProxyError> {
         let audit = Arc::new(AuditLog::open(&cfg.audit_path)?);
         let local_tcp = match &listener {
             ProxyListener::Tcp(l) => Some(

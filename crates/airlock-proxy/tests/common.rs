@@ -163,6 +163,15 @@ pub struct Setup {
 
 impl World {
     pub async fn start(setup: Setup, test_ca: TestCa) -> World {
+        World::start_with(setup, test_ca, None).await
+    }
+
+    /// [`World::start`], with `system_roots` instead of the host's trust store when given.
+    pub async fn start_with(
+        setup: Setup,
+        test_ca: TestCa,
+        system_roots: Option<airlock_proxy::tls::SystemRoots>,
+    ) -> World {
         let tmp = tempfile::tempdir().unwrap();
         let ca_file = tmp.path().join("test-ca.pem");
         std::fs::write(&ca_file, test_ca.cert.pem()).unwrap();
@@ -187,7 +196,15 @@ impl World {
             ca_dir: ca_dir.clone(),
         };
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let proxy = Proxy::start(cfg, ProxyListener::Tcp(listener)).unwrap();
+        let proxy = match system_roots {
+            None => Proxy::start(cfg, ProxyListener::Tcp(listener)).unwrap(),
+            Some(system) => {
+                let trust =
+                    airlock_proxy::tls::UpstreamTrust::with_system(system, &cfg.extra_roots)
+                        .unwrap();
+                Proxy::start_with_trust(cfg, ProxyListener::Tcp(listener), trust).unwrap()
+            }
+        };
         let addr = proxy.local_tcp_addr().unwrap();
         World {
             tmp,

@@ -119,6 +119,48 @@ async fn intercepted_upstream_with_an_untrusted_certificate_is_not_reached() {
 }
 
 #[tokio::test]
+async fn an_unusable_system_trust_store_is_a_502_at_first_use_and_never_a_pass() {
+    let ca = TestCa::new();
+    let up = https_echo(&ca, API).await;
+    let port = up.port();
+    let roots = tempfile::tempdir().unwrap();
+    let bundle = roots.path().join("ca-certificates.crt");
+    std::fs::write(&bundle, "no certificate in here\n").unwrap();
+    let setup = Setup {
+        policy: allow(port),
+        hosts: vec![(API, "127.0.0.1")],
+        trust_test_ca: false,
+    };
+    let system = airlock_proxy::tls::SystemRoots::Bundle(bundle);
+    let w = World::start_with(setup, ca, Some(system)).await;
+    w.set_secret("TOKEN", &[&format!("{API}:{port}")], None, allow(port));
+    let airlock_ca = w.proxy.ca().unwrap().cert_pem().to_owned();
+    for attempt in 0..2 {
+        let r = https_via(
+            w.addr,
+            &format!("{API}:{port}"),
+            API,
+            client_tls(&[&airlock_ca]),
+            "/",
+            &[],
+        )
+        .await
+        .unwrap();
+        assert_eq!(r.answer.status, 502, "attempt {attempt}");
+        assert!(
+            r.answer.body.contains("upstream trust store")
+                && r.answer.body.contains("no trusted root certificates"),
+            "{}",
+            r.answer.body
+        );
+        assert!(!r.answer.body.contains("uri="), "the upstream was reached");
+    }
+    let audit = w.audit(2).await;
+    assert!(audit.iter().all(|e| e.status == 502), "{audit:?}");
+    assert!(!w.proxy.upstream_trust_built());
+}
+
+#[tokio::test]
 async fn ca_key_is_private_and_the_ca_is_stable_across_restarts() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("ca");

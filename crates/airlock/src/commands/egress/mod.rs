@@ -5,7 +5,8 @@
 //!   backend ([`airlock_linux::spec::Egress`]), holds `proxy.sock` (the egress proxy),
 //!   `port-N.sock` (one connector per `[[network.host_port]]`, N10), `ca.crt` (the public
 //!   certificate of the per-installation interception CA) and `ca-bundle.crt` (the host's
-//!   system bundle plus that certificate, also bound over the image's system bundle);
+//!   system bundle plus that certificate, also bound over the image's system bundle); both
+//!   are hard links to checked per-user copies in `<runtime>/egress-trust` when possible;
 //! - the guest's PID 1 relays `127.0.0.1:3128` (and each host port's guest port) to those
 //!   sockets; the network namespace has loopback only, so nothing else leaves (I9);
 //! - the proxy and the connectors run in a child process, `airlock __proxy` ([`child`]),

@@ -51,7 +51,7 @@ pub enum CgroupError {
         "no cgroup hierarchy offers the memory, pids and cpu controllers (see `airlock doctor`)"
     )]
     NoControllers,
-    #[error("this user may not create cgroups in {path} (not delegated; see `airlock doctor`): {source}")]
+    #[error("this user may not create cgroups in {path} (not delegated to it): {source}")]
     NotDelegated {
         path: PathBuf,
         source: std::io::Error,

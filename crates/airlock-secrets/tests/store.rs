@@ -4,7 +4,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use airlock_config::policy::HostPattern;
-use airlock_secrets::{Redacted, SecretError, SecretStore, PLACEHOLDER_PREFIX};
+use airlock_secrets::{Redacted, SecretError, SecretInfo, SecretStore, PLACEHOLDER_PREFIX};
 
 const VALUE: &str = "ghp_S3cretValueNeverShown0123456789";
 
@@ -12,6 +12,20 @@ fn hosts(list: &[&str]) -> Vec<HostPattern> {
     list.iter()
         .map(|h| HostPattern::parse(h).unwrap())
         .collect()
+}
+
+/// Stores `value` as secret `name` for `on`, which must succeed.
+#[track_caller]
+fn set(
+    store: &SecretStore,
+    name: &str,
+    on: &[&str],
+    header: Option<&str>,
+    value: &str,
+) -> SecretInfo {
+    store
+        .set(name, &hosts(on), header, Redacted::new(value.into()))
+        .unwrap()
 }
 
 fn mode(path: &Path) -> u32 {
@@ -36,14 +50,7 @@ fn store_directory_is_0700_and_records_and_salt_are_0600() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path().join("data");
     let store = SecretStore::open(&root).unwrap();
-    store
-        .set(
-            "GITHUB_TOKEN",
-            &hosts(&["api.github.com"]),
-            None,
-            Redacted::new(VALUE.into()),
-        )
-        .unwrap();
+    set(&store, "GITHUB_TOKEN", &["api.github.com"], None, VALUE);
     assert_eq!(mode(&root.join("secrets")), 0o700);
     assert_eq!(mode(&root.join("secrets/GITHUB_TOKEN.json")), 0o600);
     assert_eq!(mode(&root.join("secrets/installation-salt")), 0o600);
@@ -53,27 +60,11 @@ fn store_directory_is_0700_and_records_and_salt_are_0600() {
 fn placeholder_is_stable_across_reopen_and_value_changes_and_never_contains_the_value() {
     let tmp = tempfile::tempdir().unwrap();
     let store = SecretStore::open(tmp.path()).unwrap();
-    let first = store
-        .set(
-            "TOKEN",
-            &hosts(&["a.example.com"]),
-            None,
-            Redacted::new(VALUE.into()),
-        )
-        .unwrap()
-        .placeholder;
+    let first = set(&store, "TOKEN", &["a.example.com"], None, VALUE).placeholder;
     assert!(first.starts_with(PLACEHOLDER_PREFIX));
     assert_eq!(first.len(), PLACEHOLDER_PREFIX.len() + 32);
     assert!(!first.contains(VALUE));
-    let second = store
-        .set(
-            "TOKEN",
-            &hosts(&["a.example.com"]),
-            None,
-            Redacted::new("other".into()),
-        )
-        .unwrap()
-        .placeholder;
+    let second = set(&store, "TOKEN", &["a.example.com"], None, "other").placeholder;
     assert_eq!(
         first, second,
         "the placeholder must not depend on the value"
@@ -88,19 +79,10 @@ fn placeholders_differ_between_names_and_installations() {
     let b = tempfile::tempdir().unwrap();
     let sa = SecretStore::open(a.path()).unwrap();
     let sb = SecretStore::open(b.path()).unwrap();
-    let h = hosts(&["x.example.com"]);
-    let p1 = sa
-        .set("ONE", &h, None, Redacted::new(VALUE.into()))
-        .unwrap()
-        .placeholder;
-    let p2 = sa
-        .set("TWO", &h, None, Redacted::new(VALUE.into()))
-        .unwrap()
-        .placeholder;
-    let p3 = sb
-        .set("ONE", &h, None, Redacted::new(VALUE.into()))
-        .unwrap()
-        .placeholder;
+    let h = ["x.example.com"];
+    let p1 = set(&sa, "ONE", &h, None, VALUE).placeholder;
+    let p2 = set(&sa, "TWO", &h, None, VALUE).placeholder;
+    let p3 = set(&sb, "ONE", &h, None, VALUE).placeholder;
     assert_ne!(p1, p2);
     assert_ne!(p1, p3, "placeholders must be salted per installation");
 }
@@ -109,22 +91,14 @@ fn placeholders_differ_between_names_and_installations() {
 fn list_shows_names_hosts_and_header_name_but_never_values() {
     let tmp = tempfile::tempdir().unwrap();
     let store = SecretStore::open(tmp.path()).unwrap();
-    store
-        .set(
-            "OPENAI_API_KEY",
-            &hosts(&["api.openai.com", "*.openai.com"]),
-            Some("Authorization: Bearer {value}"),
-            Redacted::new(VALUE.into()),
-        )
-        .unwrap();
-    store
-        .set(
-            "A_FIRST",
-            &hosts(&["a.example.com"]),
-            None,
-            Redacted::new("v2-secret".into()),
-        )
-        .unwrap();
+    set(
+        &store,
+        "OPENAI_API_KEY",
+        &["api.openai.com", "*.openai.com"],
+        Some("Authorization: Bearer {value}"),
+        VALUE,
+    );
+    set(&store, "A_FIRST", &["a.example.com"], None, "v2-secret");
     let list = store.list().unwrap();
     let names: Vec<_> = list.iter().map(|i| i.name.as_str()).collect();
     assert_eq!(names, ["A_FIRST", "OPENAI_API_KEY"]);
@@ -141,14 +115,13 @@ fn list_shows_names_hosts_and_header_name_but_never_values() {
 fn bindings_carry_values_only_inside_redacted() {
     let tmp = tempfile::tempdir().unwrap();
     let store = SecretStore::open(tmp.path()).unwrap();
-    store
-        .set(
-            "TOKEN",
-            &hosts(&["api.github.com"]),
-            Some("Authorization: token {value}"),
-            Redacted::new(VALUE.into()),
-        )
-        .unwrap();
+    set(
+        &store,
+        "TOKEN",
+        &["api.github.com"],
+        Some("Authorization: token {value}"),
+        VALUE,
+    );
     let table = store.bindings().unwrap();
     let b = table.bound_to("api.github.com", 443)[0];
     assert_eq!(b.value.expose(), VALUE);
@@ -167,14 +140,7 @@ fn bindings_carry_values_only_inside_redacted() {
 fn remove_deletes_the_record_and_reports_unknown_names() {
     let tmp = tempfile::tempdir().unwrap();
     let store = SecretStore::open(tmp.path()).unwrap();
-    store
-        .set(
-            "TOKEN",
-            &hosts(&["a.example.com"]),
-            None,
-            Redacted::new(VALUE.into()),
-        )
-        .unwrap();
+    set(&store, "TOKEN", &["a.example.com"], None, VALUE);
     store.remove("TOKEN").unwrap();
     assert!(store.list().unwrap().is_empty());
     assert!(matches!(
@@ -221,14 +187,7 @@ fn corrupt_record_error_does_not_quote_its_content() {
 fn the_value_is_only_in_its_own_record_file() {
     let tmp = tempfile::tempdir().unwrap();
     let store = SecretStore::open(tmp.path()).unwrap();
-    store
-        .set(
-            "TOKEN",
-            &hosts(&["a.example.com"]),
-            None,
-            Redacted::new(VALUE.into()),
-        )
-        .unwrap();
+    set(&store, "TOKEN", &["a.example.com"], None, VALUE);
     for (path, text) in all_files_text(store.dir()) {
         assert_eq!(text.contains(VALUE), path.ends_with("TOKEN.json"), "{path}");
     }

@@ -32,7 +32,7 @@ pub const STAGE_NAMESPACES: &str = "namespaces";
 pub const STAGE_ROOTFS: &str = "rootfs";
 pub const STAGE_INIT: &str = "init";
 /// Length of the per-epoch key.
-pub const KEY_LEN: usize = 32;
+pub const KEY_LEN: usize = airlock_protocol::handshake::KEY_LEN;
 
 #[derive(Debug, Error)]
 pub enum BootstrapError {

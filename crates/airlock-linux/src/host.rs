@@ -30,6 +30,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use airlock_protocol::Key;
 use thiserror::Error;
 
 use crate::bootstrap::{
@@ -150,7 +151,7 @@ impl Sandbox {
         t0: Instant,
     ) -> Result<Sandbox, StartError> {
         let key = new_key()?;
-        write_private(&dir.join("key"), &key)?;
+        write_private(&dir.join("key"), key.as_bytes())?;
         let scratch = dir.join("scratch");
         fs::DirBuilder::new()
             .mode(0o700)
@@ -194,13 +195,13 @@ impl Sandbox {
             init: child,
             pid1: None,
             control: Some(control_host),
-            key,
+            key: *key.as_bytes(),
             ids,
             timings: StartTimings::default(),
         };
         let boot = Bootstrap {
             spec: spec.clone(),
-            key_hex: hex_lower(&key),
+            key_hex: key.to_hex(),
             host_pid: std::process::id(),
             scratch_dir: scratch,
             sandbox_uid: sandbox.ids.sandbox_uid,
@@ -392,13 +393,11 @@ pub fn sweep_stale(sandboxes_dir: &Path) -> Vec<PathBuf> {
     removed
 }
 
-fn new_key() -> Result<[u8; KEY_LEN], StartError> {
-    let mut key = [0u8; KEY_LEN];
-    getrandom::getrandom(&mut key).map_err(|e| StartError::Io {
+fn new_key() -> Result<Key, StartError> {
+    Key::generate().map_err(|e| StartError::Io {
         what: "getrandom",
         source: std::io::Error::other(e.to_string()),
-    })?;
-    Ok(key)
+    })
 }
 
 fn write_private(path: &Path, content: &[u8]) -> Result<(), StartError> {
@@ -415,10 +414,6 @@ fn write_private(path: &Path, content: &[u8]) -> Result<(), StartError> {
         path: path.to_path_buf(),
         source,
     })
-}
-
-fn hex_lower(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]

@@ -253,14 +253,7 @@ fn root_gid() -> rustix::process::Gid {
 }
 
 fn decode_key(hex_key: &str) -> Result<[u8; crate::bootstrap::KEY_LEN], InitError> {
-    let bytes: Vec<u8> = (0..hex_key.len())
-        .step_by(2)
-        .map(|i| {
-            hex_key
-                .get(i..i + 2)
-                .and_then(|b| u8::from_str_radix(b, 16).ok())
-        })
-        .collect::<Option<_>>()
-        .ok_or(InitError::BadKey)?;
-    bytes.try_into().map_err(|_| InitError::BadKey)
+    airlock_protocol::Key::from_hex(hex_key)
+        .map(|key| *key.as_bytes())
+        .map_err(|_| InitError::BadKey)
 }

@@ -29,4 +29,4 @@ pub use atomic::{write_atomic, AtomicWriteError};
 pub use lock::{Holder, LockError, LockGuard, SandboxLock};
 pub use private_dir::{check_private_dir, ensure_private_dir, DirPresence, PrivateDirError};
 pub use state::{Record, StateError, StateStore};
-pub use trust::{config_sha256, TrustEntry, TrustError, TrustStore};
+pub use trust::{TrustEntry, TrustError, TrustStore};

@@ -1,7 +1,8 @@
 //! The trust store (PRODUCT C6): which projects may widen network policy.
 //!
 //! One state record, `trust.json`, maps a project's canonical root path to the SHA-256 of its
-//! project config file at the time the user ran `airlock trust`. A project is trusted only
+//! project config file at the time the user ran `airlock trust` (computed by the caller with
+//! `airlock_config::config_hash`). A project is trusted only
 //! while both match, so editing the config (a `git pull` bringing new rules) revokes trust
 //! until the user looks at it and trusts again.
 //!
@@ -14,7 +15,6 @@ use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
 use crate::state::{StateError, StateStore, UPDATE_ATTEMPTS};
 
@@ -62,11 +62,6 @@ pub enum TrustError {
     InvalidHash { hash: String },
     #[error(transparent)]
     State(#[from] StateError),
-}
-
-/// SHA-256 of a project config's bytes, lowercase hex: the value trust is keyed by.
-pub fn config_sha256(bytes: &[u8]) -> String {
-    hex::encode(Sha256::digest(bytes))
 }
 
 /// Trusted projects, stored in a [`StateStore`].

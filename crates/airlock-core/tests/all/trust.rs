@@ -1,6 +1,7 @@
 //! Trust (C6): keyed by canonical project path and config digest; reading changes nothing.
 
-use airlock_core::{config_sha256, TrustError, TrustStore};
+use airlock_config::config_hash;
+use airlock_core::{TrustError, TrustStore};
 
 fn world() -> (tempfile::TempDir, TrustStore, std::path::PathBuf) {
     let dir = tempfile::tempdir().unwrap();
@@ -11,17 +12,9 @@ fn world() -> (tempfile::TempDir, TrustStore, std::path::PathBuf) {
 }
 
 #[test]
-fn config_digest_is_sha256_hex() {
-    assert_eq!(
-        config_sha256(b"abc"),
-        "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
-    );
-}
-
-#[test]
 fn trusted_project_with_the_same_config_is_trusted() {
     let (_dir, store, project) = world();
-    let hash = config_sha256(b"[network]\nallow = [\"example.com\"]\n");
+    let hash = config_hash(b"[network]\nallow = [\"example.com\"]\n");
     assert!(!store.is_trusted(&project, &hash).unwrap());
     store.trust(&project, &hash).unwrap();
     assert!(store.is_trusted(&project, &hash).unwrap());
@@ -30,11 +23,9 @@ fn trusted_project_with_the_same_config_is_trusted() {
 #[test]
 fn edited_config_is_untrusted_again() {
     let (_dir, store, project) = world();
-    store
-        .trust(&project, &config_sha256(b"allow = []"))
-        .unwrap();
+    store.trust(&project, &config_hash(b"allow = []")).unwrap();
     assert!(!store
-        .is_trusted(&project, &config_sha256(b"allow = [\"evil.com\"]"))
+        .is_trusted(&project, &config_hash(b"allow = [\"evil.com\"]"))
         .unwrap());
 }
 
@@ -43,7 +34,7 @@ fn trust_of_one_project_does_not_extend_to_another() {
     let (dir, store, project) = world();
     let other = dir.path().join("other");
     std::fs::create_dir(&other).unwrap();
-    let hash = config_sha256(b"same");
+    let hash = config_hash(b"same");
     store.trust(&project, &hash).unwrap();
     assert!(!store.is_trusted(&other, &hash).unwrap());
 }
@@ -51,7 +42,7 @@ fn trust_of_one_project_does_not_extend_to_another() {
 #[test]
 fn untrust_reports_whether_the_project_was_trusted() {
     let (_dir, store, project) = world();
-    let hash = config_sha256(b"x");
+    let hash = config_hash(b"x");
     assert!(!store.untrust(&project).unwrap());
     store.trust(&project, &hash).unwrap();
     assert!(store.untrust(&project).unwrap());
@@ -64,7 +55,7 @@ fn symlinked_spelling_of_the_project_hits_the_same_entry() {
     let (dir, store, project) = world();
     let link = dir.path().join("link");
     std::os::unix::fs::symlink(&project, &link).unwrap();
-    let hash = config_sha256(b"x");
+    let hash = config_hash(b"x");
     store.trust(&link, &hash).unwrap();
     assert!(store.is_trusted(&project, &hash).unwrap());
     assert!(store
@@ -79,7 +70,7 @@ fn symlinked_spelling_of_the_project_hits_the_same_entry() {
 #[test]
 fn is_trusted_and_list_create_no_file_or_directory() {
     let (dir, store, project) = world();
-    assert!(!store.is_trusted(&project, &config_sha256(b"x")).unwrap());
+    assert!(!store.is_trusted(&project, &config_hash(b"x")).unwrap());
     assert!(store.list().unwrap().is_empty());
     assert!(!store.untrust(&project).unwrap());
     assert!(
@@ -95,13 +86,13 @@ fn invalid_digest_or_relative_root_is_rejected() {
         store.trust(&project, "abc"),
         Err(TrustError::InvalidHash { .. })
     ));
-    let upper = config_sha256(b"x").to_uppercase();
+    let upper = config_hash(b"x").to_uppercase();
     assert!(matches!(
         store.trust(&project, &upper),
         Err(TrustError::InvalidHash { .. })
     ));
     assert!(matches!(
-        store.trust(std::path::Path::new("project"), &config_sha256(b"x")),
+        store.trust(std::path::Path::new("project"), &config_hash(b"x")),
         Err(TrustError::NotAbsolute { .. })
     ));
 }
@@ -119,7 +110,7 @@ fn concurrent_trusts_of_different_projects_are_all_kept() {
     std::thread::scope(|s| {
         for root in &roots {
             let store = store.clone();
-            s.spawn(move || store.trust(root, &config_sha256(b"x")).unwrap());
+            s.spawn(move || store.trust(root, &config_hash(b"x")).unwrap());
         }
     });
     assert_eq!(store.list().unwrap().len(), 8);

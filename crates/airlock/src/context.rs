@@ -8,6 +8,7 @@ use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
 use airlock_config::Roots;
+use airlock_core::DirPresence;
 
 use crate::error::{CommandError, ErrorKind};
 
@@ -65,6 +66,16 @@ pub fn ensure_root(roots: &Roots, dir: &Path) -> Result<(), CommandError> {
     Ok(())
 }
 
+/// Verifies `dir` like [`ensure_root`] (same anchor, same rule) without creating anything, for
+/// read-only commands; a missing XDG base means nothing below it exists either.
+pub fn check_root(roots: &Roots, dir: &Path) -> Result<DirPresence, CommandError> {
+    let base = anchor_for(roots, dir);
+    if !base.exists() {
+        return Ok(DirPresence::Absent);
+    }
+    Ok(airlock_core::check_private_dir(dir, &base)?)
+}
+
 /// The XDG base above the outermost airlock root containing `dir` (so `<state>/run`, the
 /// runtime fallback, is checked from `$XDG_STATE_HOME` down); `dir`'s parent otherwise.
 fn anchor_for(roots: &Roots, dir: &Path) -> PathBuf {
@@ -109,6 +120,23 @@ mod tests {
             anchor_for(&r, &r.runtime),
             Path::new("/home/ana/.local/state")
         );
+    }
+
+    #[test]
+    fn checking_a_root_holds_it_to_the_rule_but_not_its_xdg_base() {
+        use std::os::unix::fs::PermissionsExt;
+        let home = tempfile::tempdir().unwrap();
+        let r = Roots::from_env(|k| (k == "HOME").then(|| home.path().into())).unwrap();
+        let mode = |p: &Path, m: u32| {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap()
+        };
+        assert_eq!(check_root(&r, &r.state).unwrap(), DirPresence::Absent);
+        std::fs::create_dir_all(&r.state).unwrap();
+        mode(r.state.parent().unwrap(), 0o775);
+        mode(&r.state, 0o700);
+        assert_eq!(check_root(&r, &r.state).unwrap(), DirPresence::Present);
+        mode(&r.state, 0o770);
+        assert!(check_root(&r, &r.state).is_err());
     }
 
     #[test]

@@ -6,19 +6,16 @@ pub mod backend;
 pub mod keeper;
 pub mod runs;
 
-use std::path::Path;
 use std::time::Duration;
 
-use airlock_config::Roots;
 use airlock_core::backend::BackendError;
 use airlock_core::lifecycle::{LifecycleError, Stores};
 use airlock_core::names::SandboxName;
 use airlock_core::records::SandboxPaths;
-use airlock_core::DirPresence;
 
 use self::backend::LinuxBackend;
 use super::project::discover_project;
-use crate::context::{ensure_root, Context};
+use crate::context::{check_root, ensure_root, Context};
 use crate::error::{CommandError, ErrorKind};
 
 /// How long a mutating command waits for another one holding the sandbox's lock (L8).
@@ -101,19 +98,6 @@ pub fn setup(ctx: &Context, mutating: bool) -> Result<Setup, CommandError> {
         backend,
         runs,
     })
-}
-
-/// Verifies a root without creating it (anchor as in [`ensure_root`]).
-fn check_root(roots: &Roots, dir: &Path) -> Result<DirPresence, CommandError> {
-    let anchor = if dir.starts_with(&roots.home) {
-        roots.home.clone()
-    } else {
-        match dir.parent() {
-            Some(p) if p.exists() => p.to_path_buf(),
-            _ => return Ok(DirPresence::Absent),
-        }
-    };
-    Ok(airlock_core::check_private_dir(dir, &anchor)?)
 }
 
 /// Maps a lifecycle failure to the CLI's error (exit codes per PRODUCT O5).

@@ -16,6 +16,8 @@ mod check;
 pub mod log;
 mod write;
 
+use std::path::PathBuf;
+
 use airlock_config::effective::Network;
 use airlock_config::{Project, Roots};
 use airlock_core::lifecycle::Stores;
@@ -73,24 +75,20 @@ pub fn current_network(
     Ok(super::plan::load_effective(roots, project, None, notes)?.network)
 }
 
-/// Sandboxes of this user whose keeper is provably running (R2: pid, start time, command line).
-/// A state store that cannot be read yields none: this only decides what is said, never done.
-pub fn running_sandboxes(roots: &Roots) -> Vec<SandboxName> {
+/// Sandboxes of this user whose keeper is provably running (R2: pid, start time, command line),
+/// each with its runtime directory (where its keeper's control socket is). A state store that
+/// cannot be read yields none: this only decides what is said, never done.
+pub fn running_sandboxes(roots: &Roots) -> Vec<(SandboxName, PathBuf)> {
     let Ok(stores) = Stores::open(&roots.state) else {
         return Vec::new();
     };
     let names = stores.names().unwrap_or_default();
     names
         .into_iter()
-        .filter(|name| {
-            let Ok(Some(record)) = stores.record(name) else {
-                return false;
-            };
-            record
-                .data
-                .keeper
-                .as_ref()
-                .is_some_and(|k| check_process(k) == Liveness::Ours)
+        .filter_map(|name| {
+            let record = stores.record(&name).ok()??.data;
+            let keeper = record.keeper.as_ref()?;
+            (check_process(keeper) == Liveness::Ours).then_some((name, record.paths.runtime_dir))
         })
         .collect()
 }
@@ -101,7 +99,7 @@ pub fn running_sandboxes(roots: &Roots) -> Vec<SandboxName> {
 pub fn apply_live(roots: &Roots, what: &str, changed: bool, report: &mut super::Report) {
     let running = running_sandboxes(roots);
     let outcomes = if changed {
-        super::egress::reload::reload_running(roots, &running)
+        super::egress::reload::reload_running(&running)
     } else {
         Vec::new()
     };
@@ -123,7 +121,7 @@ pub fn apply_live(roots: &Roots, what: &str, changed: bool, report: &mut super::
         ));
     }
     report.json["running_sandboxes"] =
-        serde_json::json!(running.iter().map(|n| n.as_str()).collect::<Vec<_>>());
+        serde_json::json!(running.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>());
     report.json["applied_live"] =
         serde_json::Value::Bool(!outcomes.is_empty() && outcomes.iter().all(|o| o.result.is_ok()));
 }

@@ -5,10 +5,9 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use airlock_config::Roots;
-use airlock_core::lifecycle::Stores;
 use airlock_core::names::SandboxName;
 
 use crate::commands::lifecycle::backend::{with_socket_path, MODE_RELOAD, SOCKET};
@@ -25,26 +24,18 @@ pub struct Reloaded {
     pub result: Result<(), String>,
 }
 
-/// Asks every sandbox in `running` to reload its policy and secrets.
-pub fn reload_running(roots: &Roots, running: &[SandboxName]) -> Vec<Reloaded> {
-    let stores = Stores::open(&roots.state).ok();
+/// Asks every sandbox in `running` (name, runtime directory) to reload its policy and secrets.
+pub fn reload_running(running: &[(SandboxName, PathBuf)]) -> Vec<Reloaded> {
     running
         .iter()
-        .map(|name| {
-            let record = stores.as_ref().and_then(|s| s.record(name).ok().flatten());
-            let result = match record {
-                Some(record) => ask(&record.data.paths.runtime_dir.join(SOCKET)),
-                None => Err("its record cannot be read".to_owned()),
-            };
-            Reloaded {
-                name: name.clone(),
-                result,
-            }
+        .map(|(name, runtime_dir)| Reloaded {
+            name: name.clone(),
+            result: ask(&runtime_dir.join(SOCKET)),
         })
         .collect()
 }
 
-fn ask(socket: &std::path::Path) -> Result<(), String> {
+fn ask(socket: &Path) -> Result<(), String> {
     let io = |e: std::io::Error| format!("its keeper cannot be reached: {e}");
     let mut conn = with_socket_path(socket, |p| UnixStream::connect(p)).map_err(io)?;
     conn.set_read_timeout(Some(ANSWER_TIMEOUT)).map_err(io)?;

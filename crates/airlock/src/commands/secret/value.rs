@@ -34,11 +34,11 @@ pub fn read_value(name: &str, is_terminal: bool) -> Result<Redacted<String>, Com
         let mut err = std::io::stderr();
         let _ = write!(err, "Value of {name} (input hidden, Enter to finish): ");
         let _ = err.flush();
-        let read = read_line(&mut buf);
+        let read = read_until(&mut buf, true);
         drop(echo);
         read?
     } else {
-        read_to_end(&mut buf)?
+        read_until(&mut buf, false)?
     };
     if len > MAX_VALUE {
         return Err(CommandError::new(
@@ -94,29 +94,16 @@ fn read_error(e: rustix::io::Errno) -> CommandError {
     )
 }
 
-/// Reads until end of file or a full buffer; returns the number of bytes read.
-fn read_to_end(buf: &mut [u8]) -> Result<usize, CommandError> {
-    let mut len = 0;
-    while len < buf.len() {
-        match rustix::io::read(rustix::stdio::stdin(), &mut buf[len..]) {
-            Ok(0) => break,
-            Ok(n) => len += n,
-            Err(rustix::io::Errno::INTR) => continue,
-            Err(e) => return Err(read_error(e)),
-        }
-    }
-    Ok(len)
-}
-
-/// Reads one line from a terminal in canonical mode (each `read` returns at most one line).
-fn read_line(buf: &mut [u8]) -> Result<usize, CommandError> {
+/// Reads from stdin until end of file, a full buffer or, with `line`, the end of a line (a
+/// terminal in canonical mode returns at most one line per `read`); returns the bytes read.
+fn read_until(buf: &mut [u8], line: bool) -> Result<usize, CommandError> {
     let mut len = 0;
     while len < buf.len() {
         match rustix::io::read(rustix::stdio::stdin(), &mut buf[len..]) {
             Ok(0) => break,
             Ok(n) => {
                 len += n;
-                if buf[len - 1] == b'\n' {
+                if line && buf[len - 1] == b'\n' {
                     break;
                 }
             }

@@ -34,6 +34,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::net::{TcpStream, UnixListener};
 
 use super::{ca_dir, port_socket, EgressStart, PROXY_SOCKET};
+use crate::commands::lifecycle::backend::with_socket_path;
 
 /// Entry point of the hidden verb; returns the exit status.
 pub fn main(_args: &[OsString]) -> i32 {
@@ -187,16 +188,9 @@ async fn serve(start: &EgressStart, loaded: Loaded) -> Result<ProxyHandle, Strin
 fn bind(path: &Path) -> Result<UnixListener, String> {
     let _ = std::fs::remove_file(path);
     let fail = |e: std::io::Error| format!("cannot listen on {}: {e}", path.display());
-    let listener = with_short_path(path, UnixListener::bind).map_err(fail)?;
+    let listener = with_socket_path(path, |p| UnixListener::bind(p)).map_err(fail)?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(fail)?;
     Ok(listener)
-}
-
-fn with_short_path<T>(
-    path: &Path,
-    f: impl FnOnce(PathBuf) -> std::io::Result<T>,
-) -> std::io::Result<T> {
-    crate::commands::lifecycle::backend::with_socket_path(path, |p| f(p.to_path_buf()))
 }
 
 /// Relays each connection on `listener` to the host's `127.0.0.1:port`, and nowhere else.

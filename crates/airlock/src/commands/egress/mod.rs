@@ -419,14 +419,22 @@ mod tests {
         assert!(attach(&mut s, &network(&[(8080, 3128)]), data.path()).is_err());
     }
 
-    #[test]
-    fn the_bundle_holds_the_ca_certificate_and_never_its_key() {
+    /// A home with airlock's roots and an image whose system bundle is `SYSTEM ROOTS\n`:
+    /// `(home, roots, image, the system bundle's path)`.
+    fn trust_fixture() -> (tempfile::TempDir, Roots, tempfile::TempDir, PathBuf) {
         let home = tempfile::tempdir().unwrap();
         let roots = Roots::from_env(|k| (k == "HOME").then(|| home.path().into())).unwrap();
         let image = tempfile::tempdir().unwrap();
         let certs = image.path().join("etc/ssl/certs");
         fs::create_dir_all(&certs).unwrap();
-        fs::write(certs.join("ca-certificates.crt"), "SYSTEM ROOTS\n").unwrap();
+        let system = certs.join("ca-certificates.crt");
+        fs::write(&system, "SYSTEM ROOTS\n").unwrap();
+        (home, roots, image, system)
+    }
+
+    #[test]
+    fn the_bundle_holds_the_ca_certificate_and_never_its_key() {
+        let (home, roots, image, _) = trust_fixture();
         let dir = home.path().join("egress");
         materialize(&dir, &roots, image.path()).unwrap();
         let bundle = fs::read_to_string(dir.join(CA_BUNDLE)).unwrap();
@@ -451,13 +459,7 @@ mod tests {
 
     #[test]
     fn sandboxes_share_one_checked_copy_of_the_bundle_and_an_update_gets_a_fresh_one() {
-        let home = tempfile::tempdir().unwrap();
-        let roots = Roots::from_env(|k| (k == "HOME").then(|| home.path().into())).unwrap();
-        let image = tempfile::tempdir().unwrap();
-        let certs = image.path().join("etc/ssl/certs");
-        fs::create_dir_all(&certs).unwrap();
-        let system = certs.join("ca-certificates.crt");
-        fs::write(&system, "SYSTEM ROOTS\n").unwrap();
+        let (home, roots, image, system) = trust_fixture();
         let (a, b, c) = (
             home.path().join("a"),
             home.path().join("b"),
@@ -475,7 +477,7 @@ mod tests {
         let ca = fs::read_to_string(a.join(CA_CERT)).unwrap();
         // An update of the system bundle (a new file, as dpkg writes it) reaches the next
         // sandbox; the running one keeps its consistent copy.
-        let tmp = certs.join("new");
+        let tmp = system.with_file_name("new");
         fs::write(&tmp, "UPDATED ROOTS").unwrap();
         fs::rename(&tmp, &system).unwrap();
         materialize(&c, &roots, image.path()).unwrap();
@@ -487,12 +489,7 @@ mod tests {
 
     #[test]
     fn a_damaged_cached_copy_is_never_handed_to_a_sandbox() {
-        let home = tempfile::tempdir().unwrap();
-        let roots = Roots::from_env(|k| (k == "HOME").then(|| home.path().into())).unwrap();
-        let image = tempfile::tempdir().unwrap();
-        let certs = image.path().join("etc/ssl/certs");
-        fs::create_dir_all(&certs).unwrap();
-        fs::write(certs.join("ca-certificates.crt"), "SYSTEM ROOTS\n").unwrap();
+        let (home, roots, image, _) = trust_fixture();
         let a = home.path().join("a");
         materialize(&a, &roots, image.path()).unwrap();
         let ca = fs::read_to_string(a.join(CA_CERT)).unwrap();

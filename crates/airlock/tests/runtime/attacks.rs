@@ -219,20 +219,7 @@ both! {
     fn host_terminal_is_never_handed_to_the_sandbox(rt) {
         let script = "for fd in 0 1 2; do [ -t $fd ] && echo tty-fd-$fd; done; \
                       (exec 3</dev/tty) 2>/dev/null && echo has-ctty; echo done";
-        let airlock = rt.command(&rt.project, &["run", "--", "sh", "-c", script]);
-        let mut line: Vec<String> = vec![airlock.get_program().to_string_lossy().into_owned()];
-        line.extend(airlock.get_args().map(|a| format!("'{}'", a.to_string_lossy())));
-        let mut cmd = std::process::Command::new("script");
-        cmd.args(["-qec", &line.join(" "), "/dev/null"])
-            .current_dir(&rt.project)
-            .env_clear()
-            .stdin(std::process::Stdio::null());
-        for (k, v) in airlock.get_envs() {
-            if let Some(v) = v {
-                cmd.env(k, v);
-            }
-        }
-        let out = cmd.output().unwrap();
+        let out = rt.on_a_terminal(&["run", "--", "sh", "-c", script]);
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(stdout.contains("done"), "{stdout}");
         assert!(!stdout.contains("tty-fd") && !stdout.contains("has-ctty"), "{stdout}");

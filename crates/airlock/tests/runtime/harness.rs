@@ -2,9 +2,9 @@
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 
-use crate::common::{Run, TestEnv, AIRLOCK};
+use crate::common::{chown_tree, Run, TestEnv, AIRLOCK};
 
 /// The unprivileged user the T4 runs use.
 pub const TEST_USER: &str = "airlock-test";
@@ -98,16 +98,18 @@ impl Rt {
         let env = TestEnv::new();
         let project = env.dir("proj");
         std::fs::create_dir_all(project.join(".airlock")).expect("create .airlock");
-        if let As::Unprivileged { uid, gid } = who {
-            // The whole world belongs to the test user, as a real user's home would.
-            let st = Command::new("chown")
-                .args(["-R", &format!("{uid}:{gid}")])
-                .arg(env.root())
-                .status()
-                .expect("run chown");
-            assert!(st.success(), "chown of the test world failed");
+        let rt = Rt { env, project, who };
+        // The whole world belongs to the test user, as a real user's home would.
+        rt.hand_over(rt.env.root());
+        rt
+    }
+
+    /// Gives `path` and everything below it to the user airlock runs as (nothing to do for the
+    /// invoker): for files a test writes after [`Rt::build`] handed the world over.
+    pub fn hand_over(&self, path: &Path) {
+        if let As::Unprivileged { uid, gid } = self.who {
+            chown_tree(path, uid, gid);
         }
-        Rt { env, project, who }
     }
 
     /// The host uid airlock runs as.
@@ -180,6 +182,49 @@ impl Rt {
             stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
             stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
         }
+    }
+
+    /// Spawns `airlock run -- sh -c SCRIPT` in the project and returns once the script printed
+    /// its first line, which must be `up` (stdout is consumed up to there, stderr discarded).
+    pub fn spawn_until_up(&self, script: &str) -> Child {
+        use std::io::BufRead;
+        let mut child = self
+            .command(&self.project, &["run", "--", "sh", "-c", script])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn airlock");
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().expect("stdout pipe"))
+            .read_line(&mut line)
+            .expect("read the first line");
+        assert_eq!(line, "up\n");
+        child
+    }
+
+    /// Runs `airlock ARGS…` in the project on a terminal of its own: under util-linux
+    /// `script(1)`, with the world's env only and no stdin. The arguments are single-quoted
+    /// for script's shell, so they must not contain `'`.
+    pub fn on_a_terminal(&self, args: &[&str]) -> std::process::Output {
+        let airlock = self.command(&self.project, args);
+        let mut line: Vec<String> = vec![airlock.get_program().to_string_lossy().into_owned()];
+        line.extend(airlock.get_args().map(|a| {
+            let a = a.to_string_lossy();
+            assert!(!a.contains('\''), "cannot quote {a:?} for script(1)");
+            format!("'{a}'")
+        }));
+        let mut cmd = Command::new("script");
+        cmd.args(["-qec", &line.join(" "), "/dev/null"])
+            .current_dir(&self.project)
+            .env_clear()
+            .stdin(Stdio::null());
+        for (k, v) in airlock.get_envs() {
+            if let Some(v) = v {
+                cmd.env(k, v);
+            }
+        }
+        cmd.output().expect("run script(1)")
     }
 
     /// Whether `--root` is available to this invoker (root invokers always; unprivileged ones

@@ -151,14 +151,7 @@ both! {
             ro.display(),
             rw.display()
         ));
-        if let crate::runtime::harness::As::Unprivileged { uid, gid } = rt.who {
-            let st = std::process::Command::new("chown")
-                .args(["-R", &format!("{uid}:{gid}")])
-                .arg(rt.env.root())
-                .status()
-                .unwrap();
-            assert!(st.success());
-        }
+        rt.hand_over(rt.env.root());
         let script = format!(
             "cat {ro}/doc.txt; echo; echo x > {ro}/new && echo ro-written; \
              echo y > {rw}/new && echo rw-written",

@@ -33,9 +33,7 @@ both! {
     /// mapped tree are refused before anything starts (exit 2). `-e` sets variables.
     fn workdir_and_env_are_validated_and_applied(rt) {
         std::fs::create_dir_all(rt.project.join("sub")).unwrap();
-        if let crate::runtime::harness::As::Unprivileged { uid, gid } = rt.who {
-            std::os::unix::fs::chown(rt.project.join("sub"), Some(uid), Some(gid)).unwrap();
-        }
+        rt.hand_over(&rt.project.join("sub"));
         let run = rt.run_args(&["run", "-w", "sub", "-e", "GREETING=hi there", "--", "sh", "-c", "pwd; echo $GREETING"], None);
         let expected = format!("{}\nhi there\n", rt.project.join("sub").display());
         assert_eq!(ok(&run), expected);
@@ -153,17 +151,7 @@ both! {
     /// the janitor) and the next run removes the dead run's runtime directory.
     fn sigkill_of_airlock_takes_the_sandbox_down(rt) {
         let marker = format!("airlock-killed-{}", rand_suffix());
-        let mut child = rt
-            .command(&rt.project, &["run", "--", "sh", "-c", &format!("sh -c 'sleep 60; :' {marker} & echo up; wait")])
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        use std::io::BufRead;
-        std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-        assert_eq!(line, "up\n");
+        let mut child = rt.spawn_until_up(&format!("sh -c 'sleep 60; :' {marker} & echo up; wait"));
         assert!(wait_until(Duration::from_secs(3), || !processes_with(&marker).is_empty()));
         let airlock_pid = child.id();
         child.kill().unwrap();
@@ -204,14 +192,7 @@ both! {
     fn process_count_is_limited(rt) {
         let delegated = cgroups_delegated(&rt);
         rt.env.write_user_config("pids_max = 64\n");
-        if let crate::runtime::harness::As::Unprivileged { uid, gid } = rt.who {
-            let st = std::process::Command::new("chown")
-                .args(["-R", &format!("{uid}:{gid}")])
-                .arg(rt.env.config_home())
-                .status()
-                .unwrap();
-            assert!(st.success());
-        }
+        rt.hand_over(&rt.env.config_home());
         let bomb = "import os, time\npids = []\ntry:\n  for i in range(200):\n    p = os.fork()\n    if p == 0:\n      time.sleep(30); os._exit(0)\n    pids.append(p)\n  print(\"unlimited\", len(pids), flush=True)\nexcept OSError as e:\n  print(\"limited\", len(pids), e.errno, flush=True)\nfor p in pids: os.kill(p, 9)";
         let run = rt.run_args(&["run", "--", "python3", "-c", bomb], None);
         if delegated {
@@ -248,18 +229,7 @@ both! {
     /// SIGTERM sent to airlock reaches the command (it is forwarded to its process group), and
     /// airlock returns the command's status: 143 when the command does not handle it.
     fn signals_to_airlock_are_forwarded_to_the_command(rt) {
-        let mut child = rt
-            .command(&rt.project, &["run", "--", "sh", "-c", "echo up; exec sleep 30"])
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        use std::io::BufRead;
-        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
-        out.read_line(&mut line).unwrap();
-        assert_eq!(line, "up\n");
+        let mut child = rt.spawn_until_up("echo up; exec sleep 30");
         std::thread::sleep(Duration::from_millis(100));
         let st = std::process::Command::new("kill")
             .args(["-TERM", &child.id().to_string()])
@@ -277,20 +247,7 @@ both! {
     /// `-t` gives the command a terminal of its own (a PTY of the sandbox's private devpts) with
     /// the host terminal's size; the status still comes back. Runs under script(1) for a TTY.
     fn tty_mode_gives_the_command_a_private_terminal(rt) {
-        let airlock = rt.command(&rt.project, &["run", "-t", "--", "sh", "-c", "tty; exit 4"]);
-        let mut line: Vec<String> = vec![airlock.get_program().to_string_lossy().into_owned()];
-        line.extend(airlock.get_args().map(|a| format!("'{}'", a.to_string_lossy())));
-        let mut cmd = std::process::Command::new("script");
-        cmd.args(["-qec", &line.join(" "), "/dev/null"])
-            .current_dir(&rt.project)
-            .env_clear()
-            .stdin(std::process::Stdio::null());
-        for (k, v) in airlock.get_envs() {
-            if let Some(v) = v {
-                cmd.env(k, v);
-            }
-        }
-        let out = cmd.output().unwrap();
+        let out = rt.on_a_terminal(&["run", "-t", "--", "sh", "-c", "tty; exit 4"]);
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert_eq!(out.status.code(), Some(4), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
         assert!(stdout.contains("/dev/pts/0"), "no private PTY: {stdout}");
@@ -330,14 +287,7 @@ both! {
     fn nothing_is_left_behind_after_a_failed_start(rt) {
         let image = rt.env.dir("img,with-comma");
         rt.env.write_user_config(&format!("image = \"{}\"\n", image.display()));
-        if let crate::runtime::harness::As::Unprivileged { uid, gid } = rt.who {
-            let st = std::process::Command::new("chown")
-                .args(["-R", &format!("{uid}:{gid}")])
-                .arg(rt.env.root())
-                .status()
-                .unwrap();
-            assert!(st.success());
-        }
+        rt.hand_over(rt.env.root());
         let spawned = rt
             .command(&rt.project, &["run", "--", "true"])
             .stdin(std::process::Stdio::null())
@@ -394,26 +344,9 @@ both! {
             return;
         }
         rt.env.write_user_config("cpus = 0.5\n");
-        if let crate::runtime::harness::As::Unprivileged { uid, gid } = rt.who {
-            let st = std::process::Command::new("chown")
-                .args(["-R", &format!("{uid}:{gid}")])
-                .arg(rt.env.config_home())
-                .status()
-                .unwrap();
-            assert!(st.success());
-        }
+        rt.hand_over(&rt.env.config_home());
         let marker = format!("airlock-cpu-{}", rand_suffix());
-        let mut child = rt
-            .command(&rt.project, &["run", "--", "sh", "-c", &format!("sh -c 'sleep 20; :' {marker} & echo up; wait")])
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        use std::io::BufRead;
-        std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-        assert_eq!(line, "up\n");
+        let mut child = rt.spawn_until_up(&format!("sh -c 'sleep 20; :' {marker} & echo up; wait"));
         assert!(wait_until(Duration::from_secs(3), || !processes_with(&marker).is_empty()));
         // The host-side airlock's own command line holds the marker too: take a sandbox `sh`.
         let pid = processes_with(&marker)
@@ -443,17 +376,7 @@ both! {
     /// A command that ignores SIGTERM keeps running after the first forwarded signal, and the
     /// second one kills it: airlock always ends on a repeated Ctrl+C / TERM (status 137).
     fn a_second_signal_kills_a_command_that_ignores_the_first(rt) {
-        let mut child = rt
-            .command(&rt.project, &["run", "--", "sh", "-c", "trap '' TERM INT; echo up; while :; do sleep 1; done"])
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        use std::io::BufRead;
-        std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-        assert_eq!(line, "up\n");
+        let mut child = rt.spawn_until_up("trap '' TERM INT; echo up; while :; do sleep 1; done");
         let pid = child.id().to_string();
         let term = || {
             let st = std::process::Command::new("kill")

@@ -11,7 +11,7 @@
 
 use seccompiler::BpfProgramRef;
 
-use super::probe::{run_in_child, ProbeError, REPORT_LEN, UNSET};
+use super::probe::{errno, run_in_child, ProbeError, REPORT_LEN, UNSET};
 
 /// One syscall attempted under the filter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -102,13 +102,9 @@ fn syscalls_in_child(
         .collect())
 }
 
-fn last_errno() -> i32 {
-    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
-}
-
 fn res(rc: libc::c_long) -> Result<i64, i32> {
     if rc < 0 {
-        Err(last_errno())
+        Err(errno())
     } else {
         Ok(rc)
     }

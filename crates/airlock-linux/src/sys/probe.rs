@@ -154,8 +154,8 @@ fn cstring(what: &'static str, bytes: impl Into<Vec<u8>>) -> Result<CString, Pro
     CString::new(bytes).map_err(|_| ProbeError::NulInArgument { what })
 }
 
-/// Returns `-errno` of the last failed call (async-signal-safe: reads the thread's errno).
-fn errno() -> i32 {
+/// Returns the `errno` of the last failed call (async-signal-safe: reads the thread's errno).
+pub(super) fn errno() -> i32 {
     std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
 }
 

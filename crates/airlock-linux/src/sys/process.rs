@@ -369,12 +369,15 @@ fn cloexec_from(first: libc::c_uint) -> Result<(), Errno> {
             CLOSE_RANGE_CLOEXEC,
         )
     };
+    zero_or_errno(rc)
+}
+
+/// A raw syscall's return code: `Ok` for 0, else the thread's errno (async-signal-safe).
+fn zero_or_errno(rc: libc::c_long) -> Result<(), Errno> {
     if rc == 0 {
         Ok(())
     } else {
-        Err(Errno::from_raw_os_error(
-            std::io::Error::last_os_error().raw_os_error().unwrap_or(0),
-        ))
+        Err(Errno::from_raw_os_error(super::probe::errno()))
     }
 }
 
@@ -415,13 +418,7 @@ fn install_seccomp(program: &seccompiler::BpfProgram) -> Result<(), Errno> {
             &prog as *const libc::sock_fprog,
         )
     };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(Errno::from_raw_os_error(
-            std::io::Error::last_os_error().raw_os_error().unwrap_or(0),
-        ))
-    }
+    zero_or_errno(rc)
 }
 
 /// Write end of the signal self-pipe; `-1` until [`install_signal_pipe`] runs.

@@ -203,16 +203,20 @@ fn clean_one<B: Backend>(
     name: &SandboxName,
     grace: Duration,
 ) -> Result<Option<(Health, Freed)>, LifecycleError> {
-    match locked_state(stores, backend, name)? {
-        None | Some((_, Health::Ready)) => return Ok(None),
-        Some(_) => {}
+    // Read and inspected once: we hold the lock, so the record cannot change before `discard`.
+    let Some((rec, health)) = locked_state(stores, backend, name)? else {
+        return Ok(None);
+    };
+    match health {
+        Health::Ready | Health::Absent | Health::Starting => return Ok(None),
+        Health::Stale | Health::Stopped | Health::Failed => {}
     }
     let (mut log, _) = OperationLog::begin(stores, name, OperationKind::Clean)?;
     log.phase("cleanup")?;
-    match cleanup_locked(stores, backend, name, grace) {
-        Ok(done) => {
+    match discard(stores, backend, name, rec, grace, health) {
+        Ok(freed) => {
             log.finish(OperationResult::Succeeded)?;
-            Ok(done)
+            Ok(Some((health, freed)))
         }
         Err(e) => {
             log.finish(OperationResult::Failed {

@@ -359,6 +359,25 @@ fn clean_skips_ready_sandboxes_and_reports_orphans() {
 }
 
 #[test]
+fn clean_removes_a_stale_sandbox_and_records_a_clean_operation() {
+    let w = world();
+    let fake = Fake::new();
+    up_with(&w, &fake, plan()).unwrap();
+    fake.running.set(false);
+    let out = clean(&w.stores, &fake).unwrap();
+    assert_eq!(out.cleaned.len(), 1);
+    let (name, health, freed) = &out.cleaned[0];
+    assert_eq!(name, &w.name);
+    assert_eq!(*health, Health::Stale);
+    assert_eq!(freed.bytes, 4096, "the size measured before stopping");
+    assert!(w.stores.record(&w.name).unwrap().is_none());
+    let op = w.stores.operation(&w.name).unwrap().unwrap().data;
+    assert_eq!(op.kind, OperationKind::Clean);
+    assert_eq!(op.result, OperationResult::Succeeded);
+    assert_eq!(*fake.calls.borrow(), ["prepare", "start", "stop", "remove"]);
+}
+
+#[test]
 fn health_follows_the_proofs_not_the_record() {
     let w = world();
     let fake = Fake::new();

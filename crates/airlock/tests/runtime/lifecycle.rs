@@ -336,15 +336,18 @@ fn cgroup_dir_of(pid: u32, controller: &str) -> Option<std::path::PathBuf> {
 
 both! {
     /// I8: the configured `cpus` becomes the CPU bandwidth of the sandbox's cgroup (checked on
-    /// the host, on the cgroup a sandbox process actually sits in).
+    /// the host, on the cgroup a sandbox process actually sits in); where this user may not
+    /// create cgroups the configured limit refuses the run (exit 69).
     fn cpu_limit_is_applied_to_the_sandbox_cgroup(rt) {
-        if !cgroups_delegated(&rt) {
-            // The refusal of explicit limits without delegation is pinned by the memory test.
-            eprintln!("cgroups are not delegated to this user: see memory_hog_is_contained_or_explicit_limit_refused");
-            return;
-        }
+        let delegated = cgroups_delegated(&rt);
         rt.env.write_user_config("cpus = 0.5\n");
         rt.hand_over(&rt.env.config_home());
+        if !delegated {
+            let run = rt.sh(&[], "true");
+            run.assert_code(69);
+            assert!(run.stderr.contains("airlock doctor"), "{}", run.stderr);
+            return;
+        }
         let marker = format!("airlock-cpu-{}", rand_suffix());
         let mut child = rt.spawn_until_up(&format!("sh -c 'sleep 20; :' {marker} & echo up; wait"));
         assert!(wait_until(Duration::from_secs(3), || !processes_with(&marker).is_empty()));

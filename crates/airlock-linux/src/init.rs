@@ -27,7 +27,7 @@ use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
 
 use nix::sched::{unshare, CloneFlags};
-use rustix::process::{set_parent_process_death_signal, Signal};
+use rustix::process::{set_parent_process_death_signal, Gid, Signal, Uid};
 use thiserror::Error;
 
 use crate::bootstrap::{
@@ -157,11 +157,11 @@ fn prepare<T>(
     if boot.root_mapped {
         sys(
             "setresgid",
-            rustix::thread::set_thread_res_gid(root_gid(), root_gid(), root_gid()),
+            rustix::thread::set_thread_res_gid(Gid::ROOT, Gid::ROOT, Gid::ROOT),
         )?;
         sys(
             "setresuid",
-            rustix::thread::set_thread_res_uid(root_uid(), root_uid(), root_uid()),
+            rustix::thread::set_thread_res_uid(Uid::ROOT, Uid::ROOT, Uid::ROOT),
         )?;
     }
     sys(
@@ -242,14 +242,6 @@ fn pid1_setup(boot: &Bootstrap, alive: OwnedFd) -> Result<(), InitError> {
     )?;
     sys("SIOCSIFFLAGS(lo)", crate::sys::net::set_interface_up("lo"))?;
     Ok(())
-}
-
-fn root_uid() -> rustix::process::Uid {
-    rustix::process::Uid::ROOT
-}
-
-fn root_gid() -> rustix::process::Gid {
-    rustix::process::Gid::ROOT
 }
 
 fn decode_key(hex_key: &str) -> Result<[u8; crate::bootstrap::KEY_LEN], InitError> {

@@ -253,18 +253,7 @@ impl Tunnel {
         };
         let Some(config) = config else {
             // The connection closes without a handshake; the audit says why.
-            let mut entry = self.start.entry(
-                &host,
-                self.target.port,
-                Verdict::Allow,
-                self.target.rule.clone(),
-                502,
-            );
-            entry.mode = Mode::Intercept;
-            entry
-                .warnings
-                .push("the interception CA is unavailable; see the proxy's error log".to_owned());
-            self.shared.audit.append(&entry);
+            self.audit_failed("the interception CA is unavailable; see the proxy's error log");
             return;
         };
         let tls = match tokio_rustls::TlsAcceptor::from(config).accept(client).await {

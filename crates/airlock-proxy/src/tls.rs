@@ -190,12 +190,6 @@ impl UpstreamTrust {
     }
 }
 
-/// The client config for upstream connections, built now: system roots plus `extra_roots`,
-/// HTTP/1.1.
-pub fn upstream_config(extra_roots: &[PathBuf]) -> Result<Arc<ClientConfig>, TlsSetupError> {
-    UpstreamTrust::prepare(extra_roots)?.build().map(Arc::new)
-}
-
 fn read_pem_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsSetupError> {
     let err = |reason: String| TlsSetupError::ExtraCa {
         path: path.to_path_buf(),

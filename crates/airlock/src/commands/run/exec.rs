@@ -16,6 +16,7 @@ use airlock_protocol::{
 use nix::sys::signal::{SigSet, Signal};
 
 use crate::error::{CommandError, ErrorKind};
+use crate::output::escape_untrusted;
 
 /// The PTY request for `-t`: the host terminal's size and `TERM`.
 pub fn tty_request() -> TtyRequest {
@@ -109,11 +110,11 @@ pub fn run_stream(
         Ok(status) => Ok(status.shell_code()),
         Err(ClientError::Remote(e)) => match e.code {
             ErrorCode::CommandNotFound => {
-                eprintln!("airlock: {}", escape(&e.message));
+                eprintln!("airlock: {}", escape_untrusted(&e.message));
                 Ok(127)
             }
             ErrorCode::PermissionDenied => {
-                eprintln!("airlock: {}", escape(&e.message));
+                eprintln!("airlock: {}", escape_untrusted(&e.message));
                 Ok(126)
             }
             ErrorCode::RootNotAllowed
@@ -207,19 +208,6 @@ fn client_error(e: ClientError) -> CommandError {
         | ClientError::Clone(_) => (ErrorKind::Internal, "run.channel"),
         ClientError::Output { .. } => (ErrorKind::Failed, "run.output"),
     };
-    CommandError::new(kind, code, escape(&e.to_string()))
+    CommandError::new(kind, code, escape_untrusted(&e.to_string()))
         .with_hint("run `airlock doctor`; if it reports nothing, this is a bug in airlock")
-}
-
-/// Control characters from the guest are escaped before they reach the host terminal (O1).
-fn escape(s: &str) -> String {
-    s.chars()
-        .flat_map(|c| {
-            if c.is_control() {
-                c.escape_default().collect::<Vec<_>>()
-            } else {
-                vec![c]
-            }
-        })
-        .collect()
 }

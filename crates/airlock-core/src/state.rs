@@ -256,12 +256,25 @@ impl StateStore {
         T: Serialize + DeserializeOwned,
         F: FnMut(Option<T>) -> T,
     {
+        let written = self.update_if(name, |current| Some(f(current)))?;
+        Ok(written.expect("f always returns new data"))
+    }
+
+    /// [`StateStore::update`] where `f` may return `None` to leave the record as it is: then
+    /// nothing is written (not even the store directory) and the result is `None`.
+    pub fn update_if<T, F>(&self, name: &str, mut f: F) -> Result<Option<Record<T>>, StateError>
+    where
+        T: Serialize + DeserializeOwned,
+        F: FnMut(Option<T>) -> Option<T>,
+    {
         for attempt in 0..UPDATE_ATTEMPTS {
             let current = self.read::<T>(name)?;
             let expected = current.as_ref().map(|r| r.revision);
-            let data = f(current.map(|r| r.data));
+            let Some(data) = f(current.map(|r| r.data)) else {
+                return Ok(None);
+            };
             match self.write(name, expected, &data) {
-                Ok(revision) => return Ok(Record { revision, data }),
+                Ok(revision) => return Ok(Some(Record { revision, data })),
                 Err(StateError::StaleRevision { .. }) => std::thread::sleep(backoff(attempt)),
                 Err(e) => return Err(e),
             }

@@ -16,7 +16,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-use crate::state::{StateError, StateStore, UPDATE_ATTEMPTS};
+use crate::state::{StateError, StateStore};
 
 /// The record name of the trust map inside the state store.
 pub const TRUST_RECORD: &str = "trust.json";
@@ -105,26 +105,13 @@ impl TrustStore {
     /// Forgets `root`; returns whether it was trusted. Writes nothing when it was not.
     pub fn untrust(&self, root: &Path) -> Result<bool, TrustError> {
         let (key, _) = canonical_key(root)?;
-        for _ in 0..UPDATE_ATTEMPTS {
-            let Some(record) = self.store.read::<TrustMap>(TRUST_RECORD)? else {
-                return Ok(false);
-            };
-            let mut map = record.data;
-            if map.projects.remove(&key).is_none() {
-                return Ok(false);
-            }
-            match self.store.write(TRUST_RECORD, Some(record.revision), &map) {
-                Ok(_) => return Ok(true),
-                // Someone else changed the map meanwhile: look again.
-                Err(StateError::StaleRevision { .. }) => continue,
-                Err(e) => return Err(e.into()),
-            }
-        }
-        Err(StateError::Contended {
-            name: TRUST_RECORD.to_string(),
-            attempts: UPDATE_ATTEMPTS,
-        }
-        .into())
+        let written = self
+            .store
+            .update_if(TRUST_RECORD, |map: Option<TrustMap>| {
+                let mut map = map?;
+                map.projects.remove(&key).is_some().then_some(map)
+            })?;
+        Ok(written.is_some())
     }
 
     /// True only when `root` is trusted with exactly this config digest. Creates nothing.

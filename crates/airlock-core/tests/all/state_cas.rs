@@ -263,6 +263,26 @@ fn update_passes_current_data_and_returns_the_new_record() {
 }
 
 #[test]
+fn update_if_declining_writes_nothing_not_even_the_store() {
+    let (_dir, store) = store();
+    let none = store.update_if("n.json", |_: Option<u64>| None).unwrap();
+    assert!(none.is_none());
+    assert!(!store.root().exists(), "declining created the store");
+    store.write("n.json", None, &7u64).unwrap();
+    let kept = store
+        .update_if("n.json", |n: Option<u64>| n.filter(|n| *n != 7))
+        .unwrap();
+    assert!(kept.is_none());
+    let current = store.read::<u64>("n.json").unwrap().unwrap();
+    assert_eq!((current.revision, current.data), (1, 7));
+    let bumped = store
+        .update_if("n.json", |n: Option<u64>| n.map(|n| n + 1))
+        .unwrap()
+        .unwrap();
+    assert_eq!((bumped.revision, bumped.data), (2, 8));
+}
+
+#[test]
 fn removing_an_absent_record_is_stale_and_creates_nothing() {
     let (dir, store) = store();
     assert!(matches!(

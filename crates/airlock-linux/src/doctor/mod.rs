@@ -349,6 +349,12 @@ fn cgroup_checks(
 ) -> Vec<Check> {
     let v2_missing = layout.v2_missing();
     let v1_missing = layout.v1_missing();
+    // Missing v2 controllers only matter when v1 cannot stand in for them.
+    let v2_status = if v1_missing.is_empty() {
+        Status::Ok
+    } else {
+        Status::Warning
+    };
     let v2 = match &layout.v2 {
         Some(v2) if v2_missing.is_empty() => Check::ok(
             "cgroup_v2",
@@ -359,11 +365,7 @@ fn cgroup_checks(
         Some(v2) => Check::not_ok(
             "cgroup_v2",
             "cgroup v2 controllers (I8)",
-            if v1_missing.is_empty() {
-                Status::Ok
-            } else {
-                Status::Warning
-            },
+            v2_status,
             false,
             format!(
                 "{} not available to {}{}",
@@ -380,11 +382,7 @@ fn cgroup_checks(
         None => Check::not_ok(
             "cgroup_v2",
             "cgroup v2 controllers (I8)",
-            if v1_missing.is_empty() {
-                Status::Ok
-            } else {
-                Status::Warning
-            },
+            v2_status,
             false,
             "no cgroup2 hierarchy mounted",
             "mount -t cgroup2 none /sys/fs/cgroup",

@@ -144,6 +144,29 @@ pub fn policy(rules: Vec<Rule>) -> Policy {
     Policy::new(Preset::None, rules)
 }
 
+/// A proxy whose hosts table maps `name` to an HTTPS echo server presenting a `name`
+/// certificate from the world's test CA, and whose policy allows exactly `name:port`; the CA
+/// is trusted upstream when `trust_test_ca`. Returns the world and the echo's port.
+pub async fn https_world(name: &'static str, trust_test_ca: bool) -> (World, u16) {
+    https_world_with(name, trust_test_ca, None).await
+}
+
+/// [`https_world`], with `system_roots` instead of the host's trust store when given.
+pub async fn https_world_with(
+    name: &'static str,
+    trust_test_ca: bool,
+    system_roots: Option<airlock_proxy::tls::SystemRoots>,
+) -> (World, u16) {
+    let ca = TestCa::new();
+    let port = https_echo(&ca, name).await.port();
+    let setup = Setup {
+        policy: policy(vec![rule(Action::Allow, &format!("{name}:{port}"))]),
+        hosts: vec![(name, "127.0.0.1")],
+        trust_test_ca,
+    };
+    (World::start_with(setup, ca, system_roots).await, port)
+}
+
 /// A running proxy with its files.
 pub struct World {
     pub tmp: tempfile::TempDir,
@@ -215,6 +238,28 @@ impl World {
             ca_dir,
             store,
         }
+    }
+
+    /// One request for `path` to `name:port` through CONNECT and TLS, trusting only the proxy's
+    /// interception CA, as a sandbox does.
+    pub async fn https_intercepted(
+        &self,
+        name: &str,
+        port: u16,
+        path: &str,
+        headers: &[(&str, &str)],
+    ) -> Result<HttpsAnswer, String> {
+        let airlock_ca = self.proxy.ca().unwrap().cert_pem().to_owned();
+        let roots = client_tls(&[&airlock_ca]);
+        https_via(
+            self.addr,
+            &format!("{name}:{port}"),
+            name,
+            roots,
+            path,
+            headers,
+        )
+        .await
     }
 
     /// Stores a secret and pushes the new bindings to the running proxy.

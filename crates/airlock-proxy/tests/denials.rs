@@ -181,15 +181,7 @@ async fn tls_server_name_different_from_the_connect_host_is_refused() {
 
 #[tokio::test]
 async fn tls_client_hello_without_server_name_is_refused_for_a_name_target() {
-    let ca = TestCa::new();
-    let up = https_echo(&ca, API).await;
-    let port = up.port();
-    let setup = Setup {
-        policy: policy(vec![rule(Action::Allow, &format!("{API}:{port}"))]),
-        hosts: vec![(API, "127.0.0.1")],
-        trust_test_ca: true,
-    };
-    let w = World::start(setup, ca).await;
+    let (w, port) = https_world(API, true).await;
     let mut cfg = (*client_tls(&[&w.test_ca.cert.pem()])).clone();
     cfg.enable_sni = false;
     let r = https_via(

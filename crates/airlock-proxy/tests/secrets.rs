@@ -172,27 +172,12 @@ async fn placeholder_in_query_or_body_of_a_bound_host_is_left_alone_and_warned()
 
 #[tokio::test]
 async fn intercepted_https_request_carries_the_value_only_upstream() {
-    let ca = TestCa::new();
-    let up = https_echo(&ca, API).await;
-    let port = up.port();
-    let setup = Setup {
-        policy: policy(vec![]),
-        hosts: vec![(API, "127.0.0.1")],
-        trust_test_ca: true,
-    };
-    let w = World::start(setup, ca).await;
+    let (w, port) = https_world(API, true).await;
     let ph = w.set_secret("TOKEN", &[&format!("{API}:{port}")], None, allow_both(port));
-    let airlock_ca = w.proxy.ca().unwrap().cert_pem().to_owned();
-    let r = https_via(
-        w.addr,
-        &format!("{API}:{port}"),
-        API,
-        client_tls(&[&airlock_ca]),
-        "/user",
-        &[("x-api-key", &ph)],
-    )
-    .await
-    .unwrap();
+    let r = w
+        .https_intercepted(API, port, "/user", &[("x-api-key", &ph)])
+        .await
+        .unwrap();
     assert_eq!(r.answer.status, 200, "{}", r.answer.body);
     assert!(
         r.answer

@@ -12,25 +12,13 @@ use crate::common::*;
 
 const API: &str = "api.test.example";
 
-async fn https_world(trust_test_ca: bool) -> (World, u16) {
-    let ca = TestCa::new();
-    let up = https_echo(&ca, API).await;
-    let port = up.port();
-    let setup = Setup {
-        policy: policy(vec![rule(Action::Allow, &format!("{API}:{port}"))]),
-        hosts: vec![(API, "127.0.0.1")],
-        trust_test_ca,
-    };
-    (World::start(setup, ca).await, port)
-}
-
 fn allow(port: u16) -> airlock_config::policy::Policy {
     policy(vec![rule(Action::Allow, &format!("{API}:{port}"))])
 }
 
 #[tokio::test]
 async fn tunnelled_tls_shows_the_client_the_servers_own_certificate() {
-    let (w, port) = https_world(false).await;
+    let (w, port) = https_world(API, false).await;
     let roots = client_tls(&[&w.test_ca.cert.pem()]);
     let r = https_via(w.addr, &format!("{API}:{port}"), API, roots, "/t", &[])
         .await
@@ -54,23 +42,13 @@ async fn tunnelled_tls_shows_the_client_the_servers_own_certificate() {
 
 #[tokio::test]
 async fn tls_to_a_host_with_a_bound_secret_is_intercepted_with_an_airlock_leaf() {
-    let (w, port) = https_world(true).await;
+    let (w, port) = https_world(API, true).await;
     w.set_secret("TOKEN", &[&format!("{API}:{port}")], None, allow(port));
-    let airlock_ca = w.proxy.ca().unwrap().cert_pem().to_owned();
     assert!(
         !w.proxy.upstream_trust_built(),
         "the upstream trust store is not read at start"
     );
-    let r = https_via(
-        w.addr,
-        &format!("{API}:{port}"),
-        API,
-        client_tls(&[&airlock_ca]),
-        "/i",
-        &[],
-    )
-    .await
-    .unwrap();
+    let r = w.https_intercepted(API, port, "/i", &[]).await.unwrap();
     assert_eq!(r.answer.status, 200, "{}", r.answer.body);
     assert!(der_contains(&r.peer, "airlock sandbox interception CA"));
     assert_eq!(r.answer.headers["x-upstream"], "echo");
@@ -93,19 +71,9 @@ async fn tls_to_a_host_with_a_bound_secret_is_intercepted_with_an_airlock_leaf()
 
 #[tokio::test]
 async fn intercepted_upstream_with_an_untrusted_certificate_is_not_reached() {
-    let (w, port) = https_world(false).await;
+    let (w, port) = https_world(API, false).await;
     w.set_secret("TOKEN", &[&format!("{API}:{port}")], None, allow(port));
-    let airlock_ca = w.proxy.ca().unwrap().cert_pem().to_owned();
-    let r = https_via(
-        w.addr,
-        &format!("{API}:{port}"),
-        API,
-        client_tls(&[&airlock_ca]),
-        "/",
-        &[],
-    )
-    .await
-    .unwrap();
+    let r = w.https_intercepted(API, port, "/", &[]).await.unwrap();
     assert_eq!(r.answer.status, 502);
     assert!(
         r.answer.body.contains("upstream TLS verification failed"),
@@ -120,32 +88,14 @@ async fn intercepted_upstream_with_an_untrusted_certificate_is_not_reached() {
 
 #[tokio::test]
 async fn an_unusable_system_trust_store_is_a_502_at_first_use_and_never_a_pass() {
-    let ca = TestCa::new();
-    let up = https_echo(&ca, API).await;
-    let port = up.port();
     let roots = tempfile::tempdir().unwrap();
     let bundle = roots.path().join("ca-certificates.crt");
     std::fs::write(&bundle, "no certificate in here\n").unwrap();
-    let setup = Setup {
-        policy: allow(port),
-        hosts: vec![(API, "127.0.0.1")],
-        trust_test_ca: false,
-    };
     let system = airlock_proxy::tls::SystemRoots::Bundle(bundle);
-    let w = World::start_with(setup, ca, Some(system)).await;
+    let (w, port) = https_world_with(API, false, Some(system)).await;
     w.set_secret("TOKEN", &[&format!("{API}:{port}")], None, allow(port));
-    let airlock_ca = w.proxy.ca().unwrap().cert_pem().to_owned();
     for attempt in 0..2 {
-        let r = https_via(
-            w.addr,
-            &format!("{API}:{port}"),
-            API,
-            client_tls(&[&airlock_ca]),
-            "/",
-            &[],
-        )
-        .await
-        .unwrap();
+        let r = w.https_intercepted(API, port, "/", &[]).await.unwrap();
         assert_eq!(r.answer.status, 502, "attempt {attempt}");
         assert!(
             r.answer.body.contains("upstream trust store")
@@ -214,7 +164,7 @@ async fn concurrent_first_use_agrees_on_one_ca() {
 
 #[tokio::test]
 async fn requests_reusing_one_intercepted_connection_each_get_the_value() {
-    let (w, port) = https_world(true).await;
+    let (w, port) = https_world(API, true).await;
     let ph = w.set_secret("TOKEN", &[&format!("{API}:{port}")], None, allow(port));
     let airlock_ca = w.proxy.ca().unwrap().cert_pem().to_owned();
     let (_, stream) = connect(w.addr, &format!("{API}:{port}")).await;
@@ -255,7 +205,7 @@ async fn requests_reusing_one_intercepted_connection_each_get_the_value() {
 
 #[tokio::test]
 async fn a_restarted_proxy_keeps_the_ca_and_the_placeholders() {
-    let (w, port) = https_world(true).await;
+    let (w, port) = https_world(API, true).await;
     let ph = w.set_secret("TOKEN", &[&format!("{API}:{port}")], None, allow(port));
     let ca_before = w.proxy.ca().unwrap().cert_pem().to_owned();
     let World {

@@ -50,8 +50,8 @@ pub(crate) fn merge(inputs: &NetworkInputs<'_>, diags: &mut Vec<Diagnostic>) -> 
         if let Some(p) = raw.preset {
             net.preset = Sourced::new(p, Origin::User);
         }
-        rules(file, raw, RuleOrigin::User, &mut net, None, diags);
-        hosts(file, raw, Origin::User, &mut net, None, diags);
+        rules(file, raw, RuleOrigin::User, &mut net, false, diags);
+        hosts(file, raw, Origin::User, &mut net, false, diags);
         user_only(file, raw, &mut net, diags);
     }
     if let Some((file, raw)) = section(inputs.project) {
@@ -63,9 +63,8 @@ pub(crate) fn merge(inputs: &NetworkInputs<'_>, diags: &mut Vec<Diagnostic>) -> 
                 net.ignored.push(ignored("network.preset", p.as_str()));
             }
         }
-        let gate = (!widen_ok).then_some(());
-        rules(file, raw, RuleOrigin::Project, &mut net, gate, diags);
-        hosts(file, raw, Origin::Project, &mut net, gate, diags);
+        rules(file, raw, RuleOrigin::Project, &mut net, !widen_ok, diags);
+        hosts(file, raw, Origin::Project, &mut net, !widen_ok, diags);
     }
     if let Some(agent) = inputs.agent {
         for host in agent.api_hosts {
@@ -95,7 +94,7 @@ fn rules(
     raw: &RawNetwork,
     origin: RuleOrigin,
     net: &mut Network,
-    untrusted: Option<()>,
+    untrusted: bool,
     diags: &mut Vec<Diagnostic>,
 ) {
     // Deny first, so deny rules are listed before allow rules of the same file.
@@ -112,7 +111,7 @@ fn rules(
                     continue;
                 }
             };
-            if action == Action::Allow && untrusted.is_some() {
+            if action == Action::Allow && untrusted {
                 net.ignored.push(ignored(&key, text));
                 continue;
             }
@@ -130,7 +129,7 @@ fn hosts(
     raw: &RawNetwork,
     origin: Origin,
     net: &mut Network,
-    untrusted: Option<()>,
+    untrusted: bool,
     diags: &mut Vec<Diagnostic>,
 ) {
     for (name, address) in raw.hosts.iter().flatten() {
@@ -143,7 +142,7 @@ fn hosts(
             diags.push(file.diag(&key, format!("{name:?} is not a host name")));
             continue;
         }
-        if untrusted.is_some() {
+        if untrusted {
             net.ignored.push(ignored(&key, &address.to_string()));
             continue;
         }

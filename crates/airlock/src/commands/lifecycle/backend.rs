@@ -12,7 +12,6 @@
 
 use std::fs;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::os::fd::AsFd;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -363,9 +362,9 @@ impl Backend for LinuxBackend {
             }
         }
         // The keeper's janitor removes the cgroup once the keeper is gone; wait for it (bounded).
-        let name = cgroup_name(record);
+        let dirs = cgroup_dirs(&cgroup_name(record));
         let deadline = Instant::now() + Duration::from_secs(5);
-        while cgroup_dirs(&name).iter().any(|d| d.exists()) && Instant::now() < deadline {
+        while dirs.iter().any(|d| d.exists()) && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(10));
         }
         Ok(report)
@@ -494,7 +493,6 @@ impl Starting for LinuxStarting {
 
 impl LinuxStarting {
     fn read_report(&mut self) -> Result<Ready, BackendError> {
-        let _ = self.stdout.get_ref().as_fd();
         let mut line = String::new();
         let n = self
             .stdout

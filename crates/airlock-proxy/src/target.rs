@@ -146,8 +146,9 @@ async fn resolve(
     Ok(addrs.map(|a| a.ip()).collect())
 }
 
-/// An allow rule names exactly this address (and covers the port).
-fn exact_ip_rule(policy: &Policy, ip: IpAddr, port: u16) -> bool {
+/// An allow rule names exactly this address (and covers the port): what an IP-literal
+/// destination needs (N3); `airlock policy check` asks the same.
+pub fn exact_ip_rule(policy: &Policy, ip: IpAddr, port: u16) -> bool {
     policy.rules().iter().any(|r| {
         r.action == Action::Allow
             && matches!(r.pattern.host(), HostMatch::Ip(rule_ip) if *rule_ip == ip)

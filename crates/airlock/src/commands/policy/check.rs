@@ -8,8 +8,8 @@
 
 use std::net::IpAddr;
 
-use airlock_config::policy::{parse_target, HostMatch, Policy};
-use airlock_config::{Action, Decision, RuleOrigin};
+use airlock_config::policy::{parse_target, Policy};
+use airlock_config::{Decision, RuleOrigin};
 use clap::Args;
 
 use super::super::project::discover_project;
@@ -100,7 +100,7 @@ fn verdict(policy: &Policy, host: &str, port: u16) -> Verdict {
     let allow_cmd = airlock_config::policy::allow_command(host, port);
     if decision.allowed {
         if let Ok(ip) = host.parse::<IpAddr>() {
-            if !exact_ip_allowed(policy, ip, host, port) {
+            if !airlock_proxy::target::exact_ip_rule(policy, ip, port) {
                 return Verdict {
                     allowed: false,
                     decided_by: format!(
@@ -139,20 +139,11 @@ fn verdict(policy: &Policy, host: &str, port: u16) -> Verdict {
     }
 }
 
-/// Whether an allow rule names exactly `ip` (what the proxy requires for IP literals, N3).
-fn exact_ip_allowed(policy: &Policy, ip: IpAddr, host: &str, port: u16) -> bool {
-    policy.rules().iter().any(|r| {
-        r.action == Action::Allow
-            && matches!(r.pattern.host(), HostMatch::Ip(a) if *a == ip)
-            && r.pattern.allows(host, port)
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use airlock_config::raw::Preset;
-    use airlock_config::{HostPattern, Rule};
+    use airlock_config::{Action, HostPattern, Rule};
 
     fn rule(action: Action, p: &str, origin: RuleOrigin) -> Rule {
         Rule {

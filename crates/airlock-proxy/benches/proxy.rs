@@ -4,7 +4,7 @@
 //! records the figures in docs/benchmarks.md). Prints a Markdown section on stdout.
 //!
 //! Method (all on 127.0.0.1, one process; clients and servers on a tokio runtime with 2 workers,
-//! the proxy on its own 2-worker runtime, as in its own supervisor process):
+//! the proxy on its own current-thread runtime and thread, as in its own child process):
 //! - the client reaches the proxy through its Unix socket (the production shape, N1) and the
 //!   upstream directly over loopback TCP;
 //! - raw throughput: a server writes `RAW_BYTES` over TCP; the client reads to EOF, either
@@ -256,9 +256,8 @@ async fn setup() -> World {
     }
 }
 
-/// Runs the proxy on its own runtime (2 workers, the machine default) and threads, as in
-/// production where it is
-/// a separate supervisor process: its scheduling never borrows the client's or server's.
+/// Runs the proxy on its own current-thread runtime and thread, as in production where it is
+/// a separate process (`airlock __proxy`): its scheduling never borrows the client's or server's.
 fn start_proxy_runtime(cfg: ProxyConfig, socket: PathBuf) -> (ProxyThread, PathBuf, String) {
     let (tx, rx) = std::sync::mpsc::channel();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();

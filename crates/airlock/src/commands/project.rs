@@ -12,17 +12,20 @@ pub fn discover_project(ctx: &Context) -> Result<Option<Project>, CommandError> 
 
 /// The active project; an error pointing at `airlock init` when there is none.
 pub fn active_project(ctx: &Context) -> Result<Project, CommandError> {
-    discover_project(ctx)?.ok_or_else(|| {
-        CommandError::new(
-            ErrorKind::Config,
-            "project.none",
-            format!(
-                "{} is not inside a project (no .airlock/ directory and no git work tree above it)",
-                ctx.cwd.display()
-            ),
-        )
-        .with_hint("run `airlock init` at the project root")
-    })
+    discover_project(ctx)?.ok_or_else(|| no_project(ctx))
+}
+
+/// The error for a working directory outside every project.
+pub fn no_project(ctx: &Context) -> CommandError {
+    CommandError::new(
+        ErrorKind::Config,
+        "project.none",
+        format!(
+            "{} is not inside a project (no .airlock/ directory and no git work tree above it)",
+            ctx.cwd.display()
+        ),
+    )
+    .with_hint("run `airlock init` at the project root")
 }
 
 impl From<ProjectError> for CommandError {

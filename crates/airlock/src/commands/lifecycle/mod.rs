@@ -50,7 +50,7 @@ pub fn resolve_name(
     }
     match project {
         Some(p) => Ok((SandboxName::for_project(&p.root), Some(p))),
-        None => Err(super::project::active_project(ctx).unwrap_err()),
+        None => Err(super::project::no_project(ctx)),
     }
 }
 
@@ -192,6 +192,20 @@ pub fn human_bytes(n: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn no_name_outside_a_project_is_the_project_none_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = Context {
+            json: false,
+            cwd: std::fs::canonicalize(dir.path()).unwrap(),
+            stdin_is_terminal: false,
+            stdout_is_terminal: false,
+        };
+        let err = resolve_name(&ctx, None).unwrap_err();
+        assert_eq!(err.code, "project.none");
+        assert_eq!(err.kind, ErrorKind::Config);
+    }
 
     #[test]
     fn durations_accept_units_and_refuse_nonsense() {

@@ -312,6 +312,19 @@ fn open_gate(child: &mut std::process::Child) {
     child.stdin.as_mut().unwrap().write_all(b"go\n").unwrap();
 }
 
+/// Moves a `sleep` into `cg`, destroys `cg` and asserts the sleep died of SIGKILL.
+fn destroy_kills_a_member(cg: Guard) {
+    let mut child = Command::new("sleep").arg("100").spawn().unwrap();
+    cg.add_pid(child.id()).unwrap();
+    assert_eq!(cg.pids().unwrap(), [child.id()]);
+    cg.destroy(Duration::from_secs(5)).unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&status),
+        Some(libc::SIGKILL)
+    );
+}
+
 #[test]
 fn limits_land_in_control_files_and_destroy_kills_members_and_removes_dirs() {
     let Some(cg) = real_cgroup("roundtrip", &LIMITS) else {
@@ -337,15 +350,7 @@ fn limits_land_in_control_files_and_destroy_kills_members_and_removes_dirs() {
             );
         }
     }
-    let mut child = Command::new("sleep").arg("100").spawn().unwrap();
-    cg.add_pid(child.id()).unwrap();
-    assert_eq!(cg.pids().unwrap(), [child.id()]);
-    cg.destroy(Duration::from_secs(5)).unwrap();
-    let status = child.wait().unwrap();
-    assert_eq!(
-        std::os::unix::process::ExitStatusExt::signal(&status),
-        Some(libc::SIGKILL)
-    );
+    destroy_kills_a_member(cg);
     assert!(
         paths.iter().all(|p| !p.exists()),
         "cgroup directories left behind"
@@ -555,15 +560,7 @@ fn v2_destroy_kills_members_with_cgroup_kill_and_removes_the_directory() {
         Cgroup::create_in(vec![h], &unique("v2kill"), &CgroupLimits::default()).unwrap(),
     ));
     let path = cg.paths()[0].clone();
-    let mut child = Command::new("sleep").arg("100").spawn().unwrap();
-    cg.add_pid(child.id()).unwrap();
-    assert_eq!(cg.pids().unwrap(), [child.id()]);
-    cg.destroy(Duration::from_secs(5)).unwrap();
-    let status = child.wait().unwrap();
-    assert_eq!(
-        std::os::unix::process::ExitStatusExt::signal(&status),
-        Some(libc::SIGKILL)
-    );
+    destroy_kills_a_member(cg);
     assert!(!path.exists());
 }
 

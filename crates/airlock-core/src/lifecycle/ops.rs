@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use super::{assess, diff_plans, Health, LifecycleError, OperationLog, Stores};
-use crate::backend::{Backend, BackendError, Freed, Inspection};
+use crate::backend::{Backend, BackendError, Freed, Inspection, StopReport};
 use crate::lock::LockError;
 use crate::names::SandboxName;
 use crate::ownership::{self, Liveness};
@@ -142,9 +142,37 @@ fn discard<B: Backend>(
     grace: Duration,
     health: Health,
 ) -> Result<Freed, LifecycleError> {
+    let stopped = stop_measured(backend, &rec.data, grace)?;
+    remove_stopped(stores, backend, name, rec, health, stopped)
+}
+
+/// A stopped sandbox and the disk it used while it ran.
+struct Stopped {
+    report: StopReport,
+    used: u64,
+}
+
+/// The first half of [`discard`]: measure, then stop.
+fn stop_measured<B: Backend>(
+    backend: &B,
+    record: &SandboxRecord,
+    grace: Duration,
+) -> Result<Stopped, LifecycleError> {
     // Measured before stopping: the writable layer may vanish with the sandbox's processes.
-    let used = backend.inspect(&rec.data).disk_bytes.unwrap_or(0);
-    let stop = backend.stop(&rec.data, grace)?;
+    let used = backend.inspect(record).disk_bytes.unwrap_or(0);
+    let report = backend.stop(record, grace)?;
+    Ok(Stopped { report, used })
+}
+
+/// The second half of [`discard`]: remove what is proven ours, then forget the record.
+fn remove_stopped<B: Backend>(
+    stores: &Stores,
+    backend: &B,
+    name: &SandboxName,
+    rec: crate::Record<SandboxRecord>,
+    health: Health,
+    Stopped { report: stop, used }: Stopped,
+) -> Result<Freed, LifecycleError> {
     let mut freed = backend.remove(&rec.data)?;
     freed.bytes = freed.bytes.max(used);
     let mut left: Vec<String> = stop.unmanaged.clone();
@@ -419,14 +447,13 @@ pub fn down<B: Backend>(
         log.phase("cleanup")?;
         let cleaned = cleanup_others(stores, backend, Some(name), STOP_GRACE)?;
         log.phase("stop")?;
-        let Some(rec) = stores.record(name)? else {
+        let Some((rec, was)) = locked_state(stores, backend, name)? else {
             return Ok((Health::Absent, false, Freed::default(), cleaned));
         };
-        let was = assess_locked(&rec.data, &backend.inspect(&rec.data));
-        let stop = backend.stop(&rec.data, STOP_GRACE)?;
+        let stopped = stop_measured(backend, &rec.data, STOP_GRACE)?;
         log.phase("remove")?;
-        let killed = stop.killed;
-        let freed = discard(stores, backend, name, rec, STOP_GRACE, was)?;
+        let killed = stopped.report.killed;
+        let freed = remove_stopped(stores, backend, name, rec, was, stopped)?;
         Ok((was, killed, freed, cleaned))
     })();
     match result {

@@ -359,6 +359,21 @@ fn clean_skips_ready_sandboxes_and_reports_orphans() {
 }
 
 #[test]
+fn down_stops_a_ready_sandbox_once_and_removes_it() {
+    let w = world();
+    let fake = Fake::new();
+    up_with(&w, &fake, plan()).unwrap();
+    let out = down(&w.stores, &fake, &w.name, Duration::from_secs(1)).unwrap();
+    assert_eq!(out.was, Health::Ready);
+    assert_eq!(out.freed.bytes, 4096, "the size measured before stopping");
+    assert!(w.stores.record(&w.name).unwrap().is_none());
+    assert_eq!(*fake.calls.borrow(), ["prepare", "start", "stop", "remove"]);
+    let op = w.stores.operation(&w.name).unwrap().unwrap().data;
+    assert_eq!(op.result, OperationResult::Succeeded);
+    assert_eq!(op.phase, "remove");
+}
+
+#[test]
 fn clean_removes_a_stale_sandbox_and_records_a_clean_operation() {
     let w = world();
     let fake = Fake::new();

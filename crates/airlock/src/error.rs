@@ -24,7 +24,6 @@ pub enum ErrorKind {
     Busy,
     /// The user interrupted the command (exit 130 = 128 + SIGINT). Raised by lifecycle
     /// commands on Ctrl+C (PRODUCT L7); mapped here so every exit code lives in one function.
-    #[allow(dead_code)]
     Interrupted,
 }
 

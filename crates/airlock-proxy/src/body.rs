@@ -12,11 +12,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
-use airlock_secrets::SecretBindings;
 use bytes::Bytes;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 
 use crate::audit::{AuditEntry, AuditLog};
+use crate::server::Runtime;
 use crate::substitute::BodyScanner;
 
 /// What the request side learned, shared with the audit guard.
@@ -32,14 +32,16 @@ pub struct RequestNotes {
 #[derive(Debug)]
 pub struct ScanBody {
     inner: Incoming,
-    scanner: Option<(BodyScanner, SecretBindings)>,
+    /// The scanner and the request's policy and secrets (shared, so no secret value is copied).
+    scanner: Option<(BodyScanner, Arc<Runtime>)>,
     notes: Arc<RequestNotes>,
 }
 
 impl ScanBody {
-    /// Wraps `inner`; scans only when `table` holds secrets.
-    pub fn new(inner: Incoming, table: &SecretBindings, notes: Arc<RequestNotes>) -> ScanBody {
-        let scanner = (!table.is_empty()).then(|| (BodyScanner::new(table), table.clone()));
+    /// Wraps `inner`; scans only when `runtime` holds secrets.
+    pub fn new(inner: Incoming, runtime: &Arc<Runtime>, notes: Arc<RequestNotes>) -> ScanBody {
+        let table = &runtime.bindings;
+        let scanner = (!table.is_empty()).then(|| (BodyScanner::new(table), runtime.clone()));
         ScanBody {
             inner,
             scanner,
@@ -63,8 +65,8 @@ impl Body for ScanBody {
                 this.notes
                     .bytes_up
                     .fetch_add(data.len() as u64, Ordering::Relaxed);
-                if let Some((scanner, table)) = &mut this.scanner {
-                    scanner.feed(data, table);
+                if let Some((scanner, runtime)) = &mut this.scanner {
+                    scanner.feed(data, &runtime.bindings);
                     if !scanner.found().is_empty() {
                         let mut found = this
                             .notes

@@ -320,7 +320,7 @@ async fn relay(
         }
     }
     let notes = Arc::new(RequestNotes::default());
-    let body = ScanBody::new(body, &runtime.bindings, notes.clone());
+    let body = ScanBody::new(body, &runtime, notes.clone());
     let upstream = Request::from_parts(parts, body);
     let result = match upstream_sender(shared, slot, target, tls).await {
         Ok(mut sender) => {

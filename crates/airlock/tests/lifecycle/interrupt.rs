@@ -1,7 +1,7 @@
 //! L7 and L8: Ctrl+C during `up` cancels cleanly and exits 130; a second concurrent mutating
 //! command waits boundedly on the lock and then fails naming the holder, exit 75.
 
-use std::process::Stdio;
+use std::process::Child;
 use std::time::Duration;
 
 use super::{wait_until, Project};
@@ -19,16 +19,25 @@ fn phase(p: &Project) -> Option<String> {
     p.status()["operation"]["phase"].as_str().map(str::to_owned)
 }
 
+/// Starts `up --no-attach` with the debug hook that pauses it at phase `at`, and returns once
+/// the operation record shows that phase.
+fn up_paused_at(p: &Project, at: &str) -> Child {
+    let child = p
+        .command(&["up", "--no-attach"])
+        .env("AIRLOCK_TEST_PAUSE_AT", at)
+        .spawn()
+        .unwrap();
+    assert!(
+        wait_until(Duration::from_secs(20), || phase(p).as_deref() == Some(at)),
+        "up never reached phase {at}"
+    );
+    child
+}
+
 #[test]
 fn ctrl_c_while_waiting_for_the_sandbox_cancels_cleanly_and_exits_130() {
     let p = Project::new();
-    let child = p
-        .command(&["up", "--no-attach"])
-        .env("AIRLOCK_TEST_PAUSE_AT", "wait")
-        .spawn()
-        .unwrap();
-    assert!(wait_until(Duration::from_secs(20), || phase(&p).as_deref()
-        == Some("wait")));
+    let child = up_paused_at(&p, "wait");
     signal(child.id(), "-INT");
     let out = child.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -44,13 +53,7 @@ fn ctrl_c_while_waiting_for_the_sandbox_cancels_cleanly_and_exits_130() {
 #[test]
 fn ctrl_c_after_the_sandbox_is_ready_keeps_it() {
     let p = Project::new();
-    let child = p
-        .command(&["up", "--no-attach"])
-        .env("AIRLOCK_TEST_PAUSE_AT", "record")
-        .spawn()
-        .unwrap();
-    assert!(wait_until(Duration::from_secs(20), || phase(&p).as_deref()
-        == Some("record")));
+    let child = up_paused_at(&p, "record");
     signal(child.id(), "-INT");
     let out = child.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -63,14 +66,7 @@ fn ctrl_c_after_the_sandbox_is_ready_keeps_it() {
 #[test]
 fn a_second_mutating_command_waits_then_fails_busy_naming_the_holder() {
     let mut p = Project::new();
-    let holder = p
-        .command(&["up", "--no-attach"])
-        .env("AIRLOCK_TEST_PAUSE_AT", "cleanup")
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    assert!(wait_until(Duration::from_secs(20), || phase(&p).as_deref()
-        == Some("cleanup")));
+    let holder = up_paused_at(&p, "cleanup");
     p.env.set_env("AIRLOCK_TEST_LOCK_WAIT_MS", "200");
     let run = p.run(&["down"]);
     run.assert_code(75);

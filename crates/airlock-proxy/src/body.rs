@@ -17,7 +17,7 @@ use hyper::body::{Body, Frame, Incoming, SizeHint};
 
 use crate::audit::{AuditEntry, AuditLog};
 use crate::server::Runtime;
-use crate::substitute::BodyScanner;
+use crate::substitute::{unsubstituted_warning, BodyScanner};
 
 /// What the request side learned, shared with the audit guard.
 #[derive(Debug, Default)]
@@ -121,11 +121,7 @@ impl Drop for AuditGuard {
                 .lock()
                 .unwrap_or_else(|p| p.into_inner());
             for name in found.iter() {
-                let text = format!(
-                    "placeholder of secret {name} in the request body to {} not substituted (secrets go only into headers of requests to their bound hosts, and over cleartext HTTP only when the binding names the port)",
-                    self.entry.host
-                );
-                tracing::warn!("{text}");
+                let text = unsubstituted_warning(name, "the request body", &self.entry.host);
                 self.entry.warnings.push(text);
             }
         }

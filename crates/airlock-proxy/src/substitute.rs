@@ -35,15 +35,21 @@ pub struct Substitution {
 impl Substitution {
     /// Records a placeholder of `binding` left in `place`.
     pub fn warn(&mut self, binding: &Binding, place: &str, host: &str) {
-        let text = format!(
-            "placeholder of secret {} in {place} to {host} not substituted (secrets go only into headers of requests to their bound hosts, and over cleartext HTTP only when the binding names the port)",
-            binding.name
-        );
-        tracing::warn!("{text}");
+        let text = unsubstituted_warning(binding.name.as_str(), place, host);
         if !self.warnings.contains(&text) {
             self.warnings.push(text);
         }
     }
+}
+
+/// The warning (also logged) for a placeholder of secret `name` left in `place` of a request
+/// to `host`; names the secret and the place, never the value.
+pub(crate) fn unsubstituted_warning(name: &str, place: &str, host: &str) -> String {
+    let text = format!(
+        "placeholder of secret {name} in {place} to {host} not substituted (secrets go only into headers of requests to their bound hosts, and over cleartext HTTP only when the binding names the port)"
+    );
+    tracing::warn!("{text}");
+    text
 }
 
 /// How the request travels upstream.

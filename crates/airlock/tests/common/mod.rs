@@ -242,6 +242,20 @@ impl TestEnv {
     }
 }
 
+/// Polls `f` every 20 ms until it holds or `limit` passes; returns whether it held.
+pub fn wait_until(limit: std::time::Duration, mut f: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        if f() {
+            return true;
+        }
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 /// Name of the unprivileged user T4 tests run as (created by `scripts/setup-test-user`).
 pub const TEST_USER: &str = "airlock-test";
 

@@ -12,8 +12,8 @@ mod unprivileged;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
+pub use crate::common::wait_until;
 use crate::common::{Run, TestEnv};
 
 /// A world with one git project in it.
@@ -80,20 +80,6 @@ impl Project {
 impl Drop for Project {
     fn drop(&mut self) {
         let _ = self.run(&["down"]);
-    }
-}
-
-/// Polls `f` until it holds or `limit` passes; returns whether it held.
-pub fn wait_until(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + limit;
-    loop {
-        if f() {
-            return true;
-        }
-        if Instant::now() >= deadline {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(20));
     }
 }
 

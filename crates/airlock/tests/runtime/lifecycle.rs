@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use super::harness::ok;
 #[allow(unused_imports)]
 use super::harness::Rt;
+use crate::common::wait_until;
 
 both! {
     /// O5: the command's exit code is returned, and 128+N when it died of signal N.
@@ -108,17 +109,6 @@ fn cgroups_named(prefix: &str) -> Vec<String> {
         }
     }
     found
-}
-
-fn wait_until(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
-    let start = Instant::now();
-    while start.elapsed() < limit {
-        if done() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    done()
 }
 
 fn host_mounts_mentioning(path: &Path) -> Vec<String> {

@@ -4,10 +4,8 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
+pub use crate::common::TEST_USER;
 use crate::common::{chown_tree, Run, TestEnv, AIRLOCK};
-
-/// The unprivileged user the T4 runs use.
-pub const TEST_USER: &str = "airlock-test";
 /// Explicit opt-out of the unprivileged runs.
 pub const OPT_OUT: &str = "AIRLOCK_TEST_NO_UNPRIVILEGED";
 

@@ -244,8 +244,15 @@ impl Printer {
     }
 
     /// Prints a successful result: the document on stdout, or the JSON value.
+    ///
+    /// A `null` JSON result means the verb already wrote its output itself (the guest's stdout
+    /// of `exec`, the entries of `policy log --follow`): nothing more goes to stdout, so what the
+    /// guest wrote stays exactly what the caller reads (O2 has no document to add).
     pub fn result(&self, doc: &Doc, json: &serde_json::Value) -> io::Result<()> {
         let mut out = io::stdout().lock();
+        if self.json && json.is_null() {
+            return out.flush();
+        }
         if self.json {
             serde_json::to_writer_pretty(&mut out, json).map_err(io::Error::from)?;
             out.write_all(b"\n")?;

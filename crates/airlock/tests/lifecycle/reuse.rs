@@ -86,6 +86,20 @@ fn exec_returns_the_guest_status_and_runs_in_the_workspace() {
     assert_eq!(run.stdout.trim(), "hi there");
 }
 
+/// Regression: `exec --json` printed `null` after the guest's own output, so a caller reading
+/// stdout got bytes the command never wrote.
+#[test]
+fn exec_with_json_leaves_stdout_to_the_guest() {
+    let p = Project::new();
+    p.up();
+    let run = p.run(&["--json", "exec", "--", "echo", "hi"]);
+    run.assert_code(0);
+    assert_eq!(run.stdout, "hi\n");
+    let run = p.run(&["--json", "exec", "--", "sh", "-c", "exit 3"]);
+    run.assert_code(3);
+    assert_eq!(run.stdout, "");
+}
+
 #[test]
 fn background_processes_of_an_exec_keep_running_after_it_returns() {
     let p = Project::new();

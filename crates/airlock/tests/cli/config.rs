@@ -65,11 +65,7 @@ fn config_on_a_terminal(env: &TestEnv) -> crate::common::Run {
         .stdin(std::process::Stdio::null())
         .output()
         .expect("run script(1)");
-    crate::common::Run {
-        code: out.status.code(),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+    crate::common::Run::from(out)
 }
 
 #[test]

@@ -23,11 +23,7 @@ fn run_with_stdin(env: &TestEnv, cwd: &Path, args: &[&str], input: &[u8]) -> Run
     // airlock may exit without reading (a usage error): a closed pipe is not a failure here.
     let _ = child.stdin.take().unwrap().write_all(input);
     let out = child.wait_with_output().expect("wait for airlock");
-    Run {
-        code: out.status.code(),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+    Run::from(out)
 }
 
 fn secrets_dir(env: &TestEnv) -> PathBuf {

@@ -36,6 +36,16 @@ pub struct Run {
     pub stderr: String,
 }
 
+impl From<std::process::Output> for Run {
+    fn from(out: std::process::Output) -> Run {
+        Run {
+            code: out.status.code(),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+}
+
 impl Run {
     /// Parses stdout as exactly one JSON document (fails the test otherwise).
     pub fn json(&self) -> serde_json::Value {
@@ -152,11 +162,7 @@ impl TestEnv {
             .stdin(Stdio::null())
             .output()
             .expect("spawn airlock");
-        Run {
-            code: out.status.code(),
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        }
+        Run::from(out)
     }
 
     /// Runs the binary as the unprivileged test user (T4) in `cwd`, after handing this whole
@@ -185,11 +191,7 @@ impl TestEnv {
             .stdin(Stdio::null())
             .output()
             .expect("spawn runuser");
-        Some(Run {
-            code: out.status.code(),
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        })
+        Some(Run::from(out))
     }
 
     /// Runs the binary in HOME.

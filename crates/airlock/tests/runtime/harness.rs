@@ -175,11 +175,7 @@ impl Rt {
             pipe.write_all(bytes).expect("write stdin");
         }
         let out = child.wait_with_output().expect("wait for airlock");
-        Run {
-            code: out.status.code(),
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        }
+        Run::from(out)
     }
 
     /// Spawns `airlock run -- sh -c SCRIPT` in the project and returns once the script printed

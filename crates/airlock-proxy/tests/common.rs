@@ -144,6 +144,18 @@ pub fn policy(rules: Vec<Rule>) -> Policy {
     Policy::new(Preset::None, rules)
 }
 
+/// A proxy whose hosts table maps `name` to an HTTP echo server on loopback, and whose policy
+/// allows exactly `name:port`. Returns the world and the echo's port.
+pub async fn http_world(name: &'static str) -> (World, u16) {
+    let port = http_echo().await.port();
+    let setup = Setup {
+        policy: policy(vec![rule(Action::Allow, &format!("{name}:{port}"))]),
+        hosts: vec![(name, "127.0.0.1")],
+        trust_test_ca: false,
+    };
+    (World::start(setup, TestCa::new()).await, port)
+}
+
 /// A proxy whose hosts table maps `name` to an HTTPS echo server presenting a `name`
 /// certificate from the world's test CA, and whose policy allows exactly `name:port`; the CA
 /// is trusted upstream when `trust_test_ca`. Returns the world and the echo's port.

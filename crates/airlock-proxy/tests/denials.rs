@@ -205,13 +205,7 @@ async fn tls_client_hello_without_server_name_is_refused_for_a_name_target() {
 #[tokio::test]
 async fn non_tls_bytes_after_connect_to_a_name_are_refused() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let up = http_echo().await;
-    let port = up.port();
-    let w = world(
-        vec![rule(Action::Allow, &format!("{API}:{port}"))],
-        vec![(API, "127.0.0.1")],
-    )
-    .await;
+    let (w, port) = http_world(API).await;
     let (_, stream) = connect(w.addr, &format!("{API}:{port}")).await;
     let mut s = stream.unwrap();
     let request = format!("GET / HTTP/1.1\r\nHost: {API}\r\nConnection: close\r\n\r\n");
@@ -228,13 +222,7 @@ async fn non_tls_bytes_after_connect_to_a_name_are_refused() {
 
 #[tokio::test]
 async fn host_header_disagreeing_with_the_request_target_is_refused() {
-    let up = http_echo().await;
-    let port = up.port();
-    let w = world(
-        vec![rule(Action::Allow, &format!("{API}:{port}"))],
-        vec![(API, "127.0.0.1")],
-    )
-    .await;
+    let (w, port) = http_world(API).await;
     let a = http_via(
         w.addr,
         &format!("http://{API}:{port}/"),

@@ -39,14 +39,7 @@ async fn policy_update_applies_to_the_next_request_without_restart() {
 
 #[tokio::test]
 async fn audit_line_records_the_request_and_never_a_value() {
-    let up = http_echo().await;
-    let port = up.port();
-    let setup = Setup {
-        policy: policy(vec![rule(Action::Allow, &format!("{API}:{port}"))]),
-        hosts: vec![(API, "127.0.0.1")],
-        trust_test_ca: false,
-    };
-    let w = World::start(setup, TestCa::new()).await;
+    let (w, port) = http_world(API).await;
     let mut follow = AuditFollower::from_end(&w.audit_path).unwrap();
     let allow = policy(vec![rule(Action::Allow, &format!("{API}:{port}"))]);
     let ph = w.set_secret("TOKEN", &[&format!("{API}:{port}")], None, allow);

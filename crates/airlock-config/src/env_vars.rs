@@ -61,10 +61,9 @@ pub const NODE_EXTRA_CA_CERTS: &str = "NODE_EXTRA_CA_CERTS";
 pub const GIT_SSL_CAINFO: &str = "GIT_SSL_CAINFO";
 /// CA bundle for cargo (N6).
 pub const CARGO_HTTP_CAINFO: &str = "CARGO_HTTP_CAINFO";
-/// UTF-8 locale inside the sandbox (S3): `C.UTF-8`.
+/// UTF-8 locale inside the sandbox (S3): `C.UTF-8`. `LC_ALL` is left to the user, so a
+/// command may still choose another locale category by category.
 pub const LANG: &str = "LANG";
-/// Overrides every locale category inside the sandbox (S3): `C.UTF-8`.
-pub const LC_ALL: &str = "LC_ALL";
 /// The sandbox user's name.
 pub const USER: &str = "USER";
 /// The sandbox user's name, as read by some tools instead of `USER`.

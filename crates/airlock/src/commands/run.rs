@@ -22,7 +22,7 @@ use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
-use airlock_config::Effective;
+use airlock_config::{env_vars, Effective};
 use airlock_linux::bootstrap::{BootstrapError, STAGE_INIT, STAGE_NAMESPACES, STAGE_ROOTFS};
 use airlock_linux::host::{Sandbox, StartError, StartOptions};
 use airlock_linux::spec::{HostUser, Image, Limit, Limits, Mapping, SandboxSpec};
@@ -357,11 +357,14 @@ pub(crate) fn build_spec(eff: &Effective, root: bool) -> Result<SandboxSpec, Com
             .collect(),
         env: vec![
             (
-                "PATH".to_owned(),
+                env_vars::PATH.to_owned(),
                 "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_owned(),
             ),
-            ("LANG".to_owned(), "C.UTF-8".to_owned()),
-            ("HOME".to_owned(), home),
+            (
+                env_vars::LANG.to_owned(),
+                env_vars::SANDBOX_LOCALE.to_owned(),
+            ),
+            (env_vars::HOME.to_owned(), home),
         ],
         user,
         limits,

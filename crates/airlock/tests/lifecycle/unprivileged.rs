@@ -31,9 +31,11 @@ fn an_unprivileged_user_can_up_exec_status_and_down() {
     let user = AsTestUser(&p);
     user.run(&["up", "--no-attach"]).assert_code(0);
     user.run(&["status"]).assert_code(0);
+    // Inside, the sandbox user, which for an unprivileged invoker has the invoker's uid; its
+    // files belong to the invoking user on the host (I5).
     let id = user.run(&["exec", "--", "id", "-u"]);
     id.assert_code(0);
-    // Inside, the sandbox user; its files belong to the invoking user on the host (I5).
+    assert_eq!(id.stdout.trim(), uid.to_string(), "{}", id.stderr);
     user.run(&["exec", "--", "touch", "made-inside"])
         .assert_code(0);
     let owner = std::os::unix::fs::MetadataExt::uid(

@@ -157,6 +157,7 @@ fn exec_root_is_root_of_the_sandbox_only() {
     run.assert_code(0);
     assert_eq!(run.stdout.trim(), "0");
     let run = p.run(&["exec", "--", "id", "-u"]);
+    run.assert_code(0);
     assert_ne!(run.stdout.trim(), "0");
     // Root inside cannot act on the host: its uid 0 maps to an unprivileged host id.
     let run = p.run(&["exec", "--root", "--", "cat", "/proc/self/uid_map"]);

@@ -37,10 +37,12 @@ both! {
         rt.env.write(&outside.join("secret"), "host secret");
         let script = format!(
             "cat {0}/secret; ls /proc/1/root/ 2>&1 >/dev/null | head -1; \
-             cat /proc/1/root{0}/secret",
+             cat /proc/1/root{0}/secret; echo tried-both",
             outside.display()
         );
         let run = rt.sh(rt.most_privileged(), &script);
+        // The witness line proves the script ran inside: a run that never started sees nothing.
+        assert!(ok(&run).ends_with("tried-both\n"), "{run:?}");
         assert!(!run.stdout.contains("host secret"), "{run:?}");
     }
 }
@@ -51,9 +53,9 @@ both! {
         let run = rt.sh(&[], "ls /proc | grep -c '^[0-9]'");
         let count: u32 = ok(&run).trim().parse().unwrap();
         assert!(count <= 5, "{count} processes visible");
-        let script = format!("test -e /proc/{}/cmdline && echo visible", std::process::id());
+        let script = format!("test -e /proc/{}/cmdline && echo visible || echo hidden", std::process::id());
         let run = rt.sh(&[], &script);
-        assert!(!run.stdout.contains("visible"), "the test runner is visible");
+        assert_eq!(ok(&run), "hidden\n", "the test runner is visible");
     }
 }
 

@@ -106,7 +106,10 @@ pub const CA_BUNDLE_VARS: &[&str] = &[
     CARGO_HTTP_CAINFO,
 ];
 
-/// The proxy address inside the sandbox (N1).
+/// The proxy's port on the sandbox's loopback (N1).
+pub const PROXY_PORT: u16 = 3128;
+
+/// The proxy address inside the sandbox (N1): `127.0.0.1:`[`PROXY_PORT`] (a test keeps them equal).
 pub const PROXY_URL: &str = "http://127.0.0.1:3128";
 
 /// The value of [`NO_PROXY`] inside the sandbox.
@@ -114,3 +117,13 @@ pub const NO_PROXY_VALUE: &str = "localhost,127.0.0.1,::1";
 
 /// The locale inside the sandbox (S3).
 pub const SANDBOX_LOCALE: &str = "C.UTF-8";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proxy_url_names_the_proxy_port() {
+        assert_eq!(PROXY_URL, format!("http://127.0.0.1:{PROXY_PORT}"));
+    }
+}

@@ -21,7 +21,7 @@ pub const UNTRUSTED_REASON: &str =
      review .airlock/config.toml and run `airlock trust` to apply it";
 
 /// Ports the sandbox side reserves (the proxy listens on 127.0.0.1:3128 inside, N1).
-const RESERVED_GUEST_PORTS: &[u16] = &[3128];
+const RESERVED_GUEST_PORTS: &[u16] = &[crate::env_vars::PROXY_PORT];
 
 pub(crate) struct NetworkInputs<'a> {
     pub user: Option<&'a ParsedFile>,

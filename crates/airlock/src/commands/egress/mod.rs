@@ -34,8 +34,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{CommandError, ErrorKind};
 
-/// The proxy's port on the sandbox's loopback (N1).
-pub const PROXY_PORT: u16 = 3128;
+pub use airlock_config::env_vars::PROXY_PORT;
 /// Files in the egress directory.
 pub const PROXY_SOCKET: &str = "proxy.sock";
 pub const CA_CERT: &str = "ca.crt";

@@ -26,6 +26,10 @@ pub enum Status {
     Ok,
     Missing,
     Warning,
+    /// Present or absent, it does not matter here: something else provides what it would
+    /// (e.g. cgroup v1 controllers standing in for v2 ones). Never labelled `ok`, because its
+    /// line may say something is missing.
+    Unused,
 }
 
 /// One line of `airlock doctor`.
@@ -269,7 +273,7 @@ fn system_files_check(
                 "system files will appear owned by `nobody` and stay read-only inside for {} ({failure}); workspace and $HOME are writable",
                 invoker.name
             ),
-            "run airlock as root or use an imported image (`airlock image import`) for a fully writable root filesystem",
+            "run airlock as root, or set `image = \"/path/to/rootfs\"` in your user config (`airlock config`) to a root filesystem unpacked into a directory you own, for a fully writable root filesystem",
         ),
     }
 }
@@ -351,7 +355,7 @@ fn cgroup_checks(
     let v1_missing = layout.v1_missing();
     // Missing v2 controllers only matter when v1 cannot stand in for them.
     let v2_status = if v1_missing.is_empty() {
-        Status::Ok
+        Status::Unused
     } else {
         Status::Warning
     };
@@ -372,7 +376,7 @@ fn cgroup_checks(
                 names(&v2_missing),
                 v2.own_dir.display(),
                 if v1_missing.is_empty() {
-                    " (the v1 controllers are used instead)"
+                    "; the v1 controllers are used instead"
                 } else {
                     ""
                 }
@@ -397,17 +401,27 @@ fn cgroup_checks(
         )
     } else {
         let fix = v1_missing.iter().map(|c| format!("mkdir -p /sys/fs/cgroup/{0} && mount -t cgroup -o {0} cgroup /sys/fs/cgroup/{0}", c.name())).collect::<Vec<_>>().join(" && ");
-        let status = if v2_missing.is_empty() {
-            Status::Ok
+        // Missing v1 controllers only matter when v2 does not have them all.
+        let (status, detail) = if v2_missing.is_empty() {
+            (
+                Status::Unused,
+                format!(
+                    "{} not mounted as v1; the v2 controllers are used instead",
+                    names(&v1_missing)
+                ),
+            )
         } else {
-            Status::Warning
+            (
+                Status::Warning,
+                format!("{} not mounted as v1", names(&v1_missing)),
+            )
         };
         Check::not_ok(
             "cgroup_v1",
             "cgroup v1 controllers (I8)",
             status,
             false,
-            format!("{} not mounted as v1", names(&v1_missing)),
+            detail,
             fix,
         )
     };

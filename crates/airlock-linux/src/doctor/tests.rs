@@ -58,11 +58,14 @@ fn hybrid_host_with_v1_controllers_is_not_a_warning() {
     };
     let checks = cgroup_checks(&hybrid_layout(), &alice, |_| true);
     let v2 = checks.iter().find(|c| c.id == "cgroup_v2").unwrap();
+    // Not a warning (v1 stands in), and not `ok` either: its line says the controllers are
+    // missing there (regression: it was labelled `ok`).
     assert_eq!(
         v2.status,
-        Status::Ok,
+        Status::Unused,
         "empty v2 is fine when v1 has everything: {v2:?}"
     );
+    assert!(v2.detail.contains("v1 controllers are used instead"), "{v2:?}");
     assert_eq!(
         checks.iter().find(|c| c.id == "cgroup_v1").unwrap().status,
         Status::Ok
@@ -75,6 +78,43 @@ fn hybrid_host_with_v1_controllers_is_not_a_warning() {
             .status,
         Status::Ok
     );
+}
+
+/// A host with every controller in cgroup v2 and no v1 hierarchy: the v1 line says v1 is not
+/// needed instead of `ok` beside "memory, pids, cpu not mounted as v1".
+#[test]
+fn v2_only_host_does_not_label_the_absent_v1_controllers_ok() {
+    let mi = "31 30 0:27 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n";
+    let layout = Layout::from_texts(mi, "0::/user.slice\n", |_| {
+        Some("cpuset cpu io memory pids\n".to_owned())
+    });
+    let alice = Invoker {
+        uid: 1000,
+        name: "alice".into(),
+    };
+    let checks = cgroup_checks(&layout, &alice, |_| true);
+    let v2 = checks.iter().find(|c| c.id == "cgroup_v2").unwrap();
+    assert_eq!(v2.status, Status::Ok, "{v2:?}");
+    let v1 = checks.iter().find(|c| c.id == "cgroup_v1").unwrap();
+    assert_eq!(v1.status, Status::Unused, "{v1:?}");
+    assert!(v1.detail.contains("v2 controllers are used instead"), "{v1:?}");
+}
+
+/// Regression: the fix pointed to `airlock image import`, which this version does not have.
+#[test]
+fn read_only_system_files_fix_names_what_works_today() {
+    let alice = Invoker {
+        uid: 1000,
+        name: "alice".into(),
+    };
+    let failure = crate::sys::probe::StepFailure {
+        step: "mount(overlay)",
+        errno: libc::EPERM,
+    };
+    let c = system_files_check(Err(failure), &alice, "system_files_writable", "t");
+    let fix = c.fix.expect("a fix");
+    assert!(!fix.contains("image import"), "{fix}");
+    assert!(fix.contains("image = "), "{fix}");
 }
 
 #[test]
@@ -164,7 +204,7 @@ fn probe_host_reports_every_area_with_fixes_for_failures() {
     let json = serde_json::to_value(&checks).unwrap();
     for c in json.as_array().unwrap() {
         assert!(
-            ["ok", "missing", "warning"].contains(&c["status"].as_str().unwrap()),
+            ["ok", "missing", "warning", "unused"].contains(&c["status"].as_str().unwrap()),
             "{c}"
         );
     }

@@ -68,6 +68,7 @@ fn line(doc: &mut Doc, c: &Check) {
         (Status::Missing, true) => ("missing ", Style::Bad),
         (Status::Missing, false) => ("optional", Style::Warn),
         (Status::Warning, _) => ("warning ", Style::Warn),
+        (Status::Unused, _) => ("unused  ", Style::Dim),
     };
     let mut spans = vec![
         (style, label.to_owned()),
@@ -127,6 +128,18 @@ mod tests {
             line.contains("missing") && line.contains("fix: fix overlay"),
             "{line}"
         );
+    }
+
+    #[test]
+    fn an_unused_check_is_labelled_unused_without_a_fix_and_does_not_fail() {
+        let mut c = check("cgroup_v2", Status::Unused, false);
+        c.fix = Some("enable v2".to_owned());
+        let r = report(vec![c]);
+        assert!(r.failure.is_none());
+        let text = r.doc.render(false);
+        let line = text.lines().find(|l| l.contains("cgroup_v2")).unwrap();
+        assert!(line.trim_start().starts_with("unused "), "{line}");
+        assert!(!line.contains("fix:"), "{line}");
     }
 
     #[test]

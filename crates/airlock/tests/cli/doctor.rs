@@ -34,7 +34,7 @@ fn doctor_prints_one_line_per_check_and_changes_nothing() {
         .lines()
         .filter(|l| {
             let t = l.trim_start();
-            ["ok ", "missing ", "optional", "warning "]
+            ["ok ", "missing ", "optional", "warning ", "unused "]
                 .iter()
                 .any(|p| t.starts_with(p))
         })
@@ -59,4 +59,30 @@ fn doctor_probes_as_the_unprivileged_invoking_user() {
     run.assert_code(if required_failed { 69 } else { 0 });
     // Nothing in the probes may leave a trace in the user's world.
     assert!(!env.config_home().exists() && !env.state_home().exists());
+}
+
+/// Regression: `doctor` printed `ok` on a line saying the cgroup v2 controllers were not
+/// available (v1 stood in). A check that finds something missing is never labelled `ok`.
+#[test]
+fn no_check_says_ok_while_reporting_something_missing() {
+    let env = TestEnv::new();
+    let v = env.run(&["doctor", "--json"]).json();
+    for c in v["checks"].as_array().expect("checks") {
+        let detail = c["detail"].as_str().unwrap_or_default();
+        if c["status"] == "ok" {
+            assert!(
+                !detail.contains("not available") && !detail.contains("not mounted"),
+                "labelled ok: {c}"
+            );
+        }
+    }
+    let run = env.run(&["doctor"]);
+    for line in run.stdout.lines() {
+        if line.trim_start().starts_with("ok ") {
+            assert!(
+                !line.contains("not available") && !line.contains("not mounted"),
+                "{line}"
+            );
+        }
+    }
 }

@@ -67,7 +67,7 @@ pub enum Image {
     Host,
     /// A directory holding a root filesystem (user config only).
     Directory(PathBuf),
-    /// An image imported with `airlock image import`.
+    /// A named (imported) image; this version has no command that imports one yet.
     Named(String),
 }
 

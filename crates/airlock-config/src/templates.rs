@@ -11,7 +11,7 @@ pub fn project_template(agent: Option<&str>, image: Option<&str>) -> String {
     };
     let image_line = match image {
         Some(i) => format!("image = {}\n", toml_string(i)),
-        None => "# image = \"host\"          # \"host\" or an image from `airlock image import`\n"
+        None => "# image = \"host\"          # the host's system files; a directory image: user config\n"
             .to_owned(),
     };
     format!(

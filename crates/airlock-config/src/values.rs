@@ -75,8 +75,8 @@ pub fn image(v: &str, paths_allowed: bool) -> Result<Image, String> {
         if !paths_allowed {
             return Err(
                 "a directory image belongs in the user config (`airlock config`): a \
-                        project config cannot map host directories; import it with \
-                        `airlock image import` and use its name"
+                        project config cannot map host directories; set `image` there, or \
+                        use \"host\" here"
                     .to_owned(),
             );
         }

@@ -105,3 +105,32 @@ fn init_refuses_inside_a_credential_root() {
     env.run_in(&ssh, &["init"]).assert_code(2);
     assert!(!ssh.join(".airlock").exists());
 }
+
+/// Regression: the template, errors and the schema pointed to `airlock image import`, which
+/// this version does not have. They name what works today instead.
+#[test]
+fn nothing_points_to_the_image_import_command_that_does_not_exist_yet() {
+    let env = TestEnv::new();
+    let project = env.git_project("src/demo");
+    env.run_in(&project, &["init"]).assert_code(0);
+    let template = std::fs::read_to_string(project.join(".airlock/config.toml")).unwrap();
+    assert!(template.contains("\"host\""), "{template}");
+    // A directory image belongs in the user config; the refusal says so.
+    let rootfs = env.dir("rootfs");
+    env.write_project_config(&project, &format!("image = \"{}\"\n", rootfs.display()));
+    let plan = env.run_in(&project, &["plan"]);
+    plan.assert_code(2);
+    assert!(plan.stderr.contains("user config"), "{}", plan.stderr);
+    env.run_in(&project, &["config"]).assert_code(0);
+    let schema =
+        std::fs::read_to_string(env.config_home().join("airlock/config.schema.json")).unwrap();
+    let help = env.run(&["init", "--help"]);
+    for (what, text) in [
+        ("template", &template),
+        ("plan error", &plan.stderr),
+        ("schema", &schema),
+        ("init --help", &help.stdout),
+    ] {
+        assert!(!text.contains("image import"), "{what}: {text}");
+    }
+}

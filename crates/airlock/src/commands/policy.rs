@@ -154,6 +154,9 @@ fn ls(ctx: &Context) -> Result<Report, CommandError> {
             ),
         ],
     );
+    for r in &preset_rules {
+        rule_line(&mut doc, "built-in", r);
+    }
     for r in &net.rules {
         rule_line(&mut doc, "rule", r);
     }

@@ -444,3 +444,31 @@ fn concurrent_edits_of_the_user_config_lose_no_rule() {
     }
     assert!(text.contains("# why: the company mirror"), "{text}");
 }
+
+/// Regression: `policy ls` said "43 built-in rules" and listed none of them.
+#[test]
+fn policy_ls_lists_every_built_in_rule_of_the_preset() {
+    let env = TestEnv::new();
+    let v = env.run(&["policy", "ls", "--json"]).json();
+    let patterns: Vec<&str> = v["preset_rules"]
+        .as_array()
+        .expect("preset_rules")
+        .iter()
+        .map(|r| r["pattern"].as_str().expect("pattern"))
+        .collect();
+    assert!(patterns.len() > 10, "{v}");
+    let run = env.run(&["policy", "ls"]);
+    run.assert_code(0);
+    let listed: Vec<&str> = run
+        .stdout
+        .lines()
+        .filter(|l| l.trim_start().starts_with("built-in:"))
+        .collect();
+    assert_eq!(listed.len(), patterns.len(), "{}", run.stdout);
+    for (line, pattern) in listed.iter().zip(&patterns) {
+        assert!(
+            line.split_whitespace().any(|w| w == *pattern) && line.contains("allow"),
+            "{pattern} not on {line:?}"
+        );
+    }
+}

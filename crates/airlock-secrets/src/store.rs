@@ -21,7 +21,10 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use airlock_config::policy::HostPattern;
-use airlock_core::{ensure_private_dir, write_atomic, AtomicWriteError, PrivateDirError};
+use airlock_core::{
+    check_private_dir, ensure_private_dir, write_atomic, AtomicWriteError, DirPresence,
+    PrivateDirError,
+};
 use hmac::{Hmac, Mac};
 use serde::{Deserialize, Serialize};
 use sha2::Sha256;
@@ -160,6 +163,34 @@ impl SecretStore {
         ensure_private_dir(&dir, anchor)?;
         let salt = read_or_create_salt(&dir)?;
         Ok(SecretStore { dir, salt })
+    }
+
+    /// Opens the store only if it exists, creating and changing nothing (for read-only commands
+    /// such as `plan`): `None` when there is no store directory or no salt yet (no secret can
+    /// have been stored then). The directory is checked like [`SecretStore::open`] checks it.
+    pub fn open_existing(data_root: &Path) -> Result<Option<SecretStore>, SecretError> {
+        let anchor = data_root.parent().unwrap_or(Path::new("/"));
+        let dir = data_root.join("secrets");
+        match std::fs::symlink_metadata(anchor) {
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(source) => {
+                return Err(SecretError::Read {
+                    path: anchor.to_path_buf(),
+                    source,
+                })
+            }
+        }
+        if check_private_dir(&dir, anchor)? == DirPresence::Absent {
+            return Ok(None);
+        }
+        let path = dir.join(SALT_FILE);
+        let salt = match std::fs::read_to_string(&path) {
+            Ok(text) => parse_salt(&path, &text)?,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(source) => return Err(SecretError::Read { path, source }),
+        };
+        Ok(Some(SecretStore { dir, salt }))
     }
 
     /// The store directory.

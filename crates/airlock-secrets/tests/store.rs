@@ -228,3 +228,35 @@ fn concurrent_first_opens_agree_on_one_salt() {
         .collect();
     assert_eq!(leftovers, ["installation-salt"]);
 }
+
+#[test]
+fn open_existing_creates_nothing_and_sees_what_open_stored() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("share/airlock");
+    assert!(SecretStore::open_existing(&data).unwrap().is_none());
+    assert!(!tmp.path().join("share").exists(), "created the data home");
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o700)).unwrap();
+    assert!(SecretStore::open_existing(&data).unwrap().is_none());
+    assert!(!data.join("secrets").exists(), "created the store");
+    let store = SecretStore::open(&data).unwrap();
+    let stored = set(&store, "API_TOKEN", &["api.example.com"], None, VALUE);
+    let seen = SecretStore::open_existing(&data).unwrap().expect("a store");
+    assert_eq!(seen.list().unwrap(), vec![stored]);
+}
+
+#[test]
+fn open_existing_refuses_a_store_others_can_write() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("airlock");
+    SecretStore::open(&data).unwrap();
+    std::fs::set_permissions(
+        data.join("secrets"),
+        std::fs::Permissions::from_mode(0o777),
+    )
+    .unwrap();
+    assert!(matches!(
+        SecretStore::open_existing(&data),
+        Err(SecretError::Dir(_))
+    ));
+}

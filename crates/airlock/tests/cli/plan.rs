@@ -186,3 +186,65 @@ fn hostile_project_path_is_escaped_in_human_output() {
     let v = env.run_in(&project, &["plan", "--json"]).json();
     assert_eq!(v["project"]["root"], project.to_string_lossy().as_ref());
 }
+
+/// Regression: `plan` had no secrets section (PRODUCT §2: names and bound hosts, never values).
+#[test]
+fn plan_lists_secrets_by_name_and_bound_hosts_never_their_values() {
+    let (env, project) = valid_world();
+    let value = "plan-must-not-show-this-9d1f";
+    super::secret::run_with_stdin(
+        &env,
+        &project,
+        &[
+            "secret",
+            "set",
+            "NPM_TOKEN",
+            "--host",
+            "registry.npmjs.org",
+            "--header",
+            "Authorization: Bearer {value}",
+        ],
+        format!("{value}\n").as_bytes(),
+    )
+    .assert_code(0);
+    let before = env.snapshot();
+    let run = env.run_in(&project, &["plan"]);
+    run.assert_code(0);
+    let out = &run.stdout;
+    let section = out
+        .split("\n\n")
+        .find(|s| s.starts_with("Secrets"))
+        .unwrap_or_else(|| panic!("no Secrets section in:\n{out}"));
+    assert!(
+        section.contains("NPM_TOKEN") && section.contains("registry.npmjs.org"),
+        "{section}"
+    );
+    let json = env.run_in(&project, &["plan", "--json"]);
+    json.assert_code(0);
+    let v = json.json();
+    assert_eq!(v["secrets"][0]["name"], "NPM_TOKEN", "{v}");
+    assert_eq!(
+        v["secrets"][0]["hosts"],
+        serde_json::json!(["registry.npmjs.org"])
+    );
+    for run in [&run, &json] {
+        assert!(!run.stdout.contains(value) && !run.stderr.contains(value));
+    }
+    assert_eq!(before.diff(&env.snapshot()), Vec::<String>::new());
+}
+
+#[test]
+fn plan_without_secrets_says_so_and_creates_no_secret_store() {
+    let (env, project) = valid_world();
+    let run = env.run_in(&project, &["plan"]);
+    run.assert_code(0);
+    let section = run
+        .stdout
+        .split("\n\n")
+        .find(|s| s.starts_with("Secrets"))
+        .unwrap_or_else(|| panic!("no Secrets section in:\n{}", run.stdout));
+    assert!(section.contains("airlock secret set"), "{section}");
+    let v = env.run_in(&project, &["plan", "--json"]).json();
+    assert_eq!(v["secrets"], serde_json::json!([]), "{v}");
+    assert!(!env.data_home().join("airlock/secrets").exists());
+}

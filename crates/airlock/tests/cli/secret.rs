@@ -12,7 +12,7 @@ use crate::common::{Run, TestEnv, AIRLOCK};
 const VALUE: &str = "s3cr3t-Value-7f2c9a0e";
 
 /// Runs airlock with `input` on a pipe as stdin.
-fn run_with_stdin(env: &TestEnv, cwd: &Path, args: &[&str], input: &[u8]) -> Run {
+pub(super) fn run_with_stdin(env: &TestEnv, cwd: &Path, args: &[&str], input: &[u8]) -> Run {
     let mut child = env
         .command(cwd, args)
         .stdin(Stdio::piped())

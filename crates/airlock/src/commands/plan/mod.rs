@@ -7,7 +7,9 @@
 //! Every independent configuration error is reported together (exit 2, each with file, key
 //! path and line); otherwise the effective configuration is printed with the origin of every
 //! value, the mappings with their in-sandbox paths, the network policy (with each project rule
-//! ignored because the project is untrusted), agents and provisioning steps with their owners.
+//! ignored because the project is untrusted), the secrets (names, bound hosts and header names,
+//! never values; read from the store only if it exists), agents and provisioning steps with
+//! their owners.
 //! Last comes the comparison with the project's running sandbox ([`running`]): what `up` would
 //! do with it and every field that differs (JSON: `running_sandbox`).
 
@@ -19,6 +21,7 @@ use std::path::Path;
 
 use airlock_config::{Effective, LoadRequest, Overrides, Roots};
 use airlock_core::{TrustError, TrustStore};
+use airlock_secrets::SecretStore;
 use clap::Args;
 
 use super::project::discover_project;
@@ -38,6 +41,10 @@ pub fn run(args: PlanArgs, ctx: &Context) -> Result<Report, CommandError> {
     let project = discover_project(ctx)?;
     let mut notes = Vec::new();
     let effective = load_effective(&roots, project, args.memory_mb, &mut notes)?;
+    let secrets = match SecretStore::open_existing(&roots.data)? {
+        Some(store) => store.list()?,
+        None => Vec::new(),
+    };
     let comparison = running::compare(ctx, &effective);
     let encode = |e: serde_json::Error| {
         CommandError::internal(
@@ -47,12 +54,17 @@ pub fn run(args: PlanArgs, ctx: &Context) -> Result<Report, CommandError> {
     };
     let mut json = serde_json::to_value(&effective).map_err(encode)?;
     if let Some(doc) = json.as_object_mut() {
+        let secrets: Vec<_> = secrets
+            .iter()
+            .map(|s| serde_json::json!({ "name": s.name, "hosts": s.hosts, "header": s.header }))
+            .collect();
+        doc.insert("secrets".to_owned(), serde_json::Value::Array(secrets));
         doc.insert(
             "running_sandbox".to_owned(),
             serde_json::to_value(&comparison).map_err(encode)?,
         );
     }
-    let mut doc = render::render(&effective);
+    let mut doc = render::render(&effective, &secrets);
     running::render(&mut doc, &comparison);
     let mut report = Report::new(doc, json);
     for n in notes {

@@ -1,6 +1,6 @@
 //! Human rendering of the effective configuration (`airlock plan`).
 //!
-//! Sections in a fixed order — files, project, sandbox, mappings, network, agents,
+//! Sections in a fixed order — files, project, sandbox, mappings, network, secrets, agents,
 //! provisioning — and, inside each, the order of the configuration (rules in file order, user
 //! first; agents in catalogue order; provisioning in execution order). Every value shows its
 //! origin. Every string from a config file or the file system is escaped by [`Doc`].
@@ -8,14 +8,17 @@
 use airlock_config::effective::{Agent, Image, LoadedFile, ProvisionStep, StepOwner};
 use airlock_config::{Action, Effective, Origin, Rule, RuleOrigin, Sourced};
 
+use airlock_secrets::SecretInfo;
+
 use crate::output::{path_text, Doc, Style};
 
-pub fn render(e: &Effective) -> Doc {
+pub fn render(e: &Effective, secrets: &[SecretInfo]) -> Doc {
     let mut doc = Doc::new();
     files(&mut doc, e);
     sandbox(&mut doc, e);
     mappings(&mut doc, e);
     network(&mut doc, e);
+    secrets_section(&mut doc, secrets);
     agents(&mut doc, e);
     provisioning(&mut doc, e);
     doc
@@ -201,7 +204,10 @@ fn network(doc: &mut Doc, e: &Effective) {
             (Style::Plain, n.preset.value.as_str()),
             (
                 Style::Dim,
-                &format!("  ({}; {builtin} built-in rules)", n.preset.origin.as_str()),
+                &format!(
+                    "  ({}; {builtin} built-in rules, listed by `airlock policy ls`)",
+                    n.preset.origin.as_str()
+                ),
             ),
         ],
     );
@@ -251,6 +257,33 @@ fn network(doc: &mut Doc, e: &Effective) {
             1,
             "extra CA",
             &[(Style::Plain, &path_text(ca)), (Style::Dim, "  (user)")],
+        );
+    }
+}
+
+/// One line per secret: its name, the hosts the proxy may send it to, the header its template
+/// sets. Never a value (the store's listing has none).
+fn secrets_section(doc: &mut Doc, secrets: &[SecretInfo]) {
+    doc.heading("Secrets (names and hosts; values stay on the host)");
+    if secrets.is_empty() {
+        doc.text(
+            1,
+            &[(
+                Style::Dim,
+                "none; `airlock secret set NAME --host HOST` stores one",
+            )],
+        );
+    }
+    for s in secrets {
+        let header = s
+            .header
+            .as_deref()
+            .map(|h| format!("  (header {h})"))
+            .unwrap_or_default();
+        doc.styled_field(
+            1,
+            &s.name,
+            &[(Style::Plain, &s.hosts.join(", ")), (Style::Dim, &header)],
         );
     }
 }

@@ -6,7 +6,8 @@
 //! resolve `-w` against the sandbox's mappings → connect to its keeper's socket. Attached: the
 //! connection is handed to PID 1 and authenticated with the epoch key; stdio is streamed and
 //! the guest's status is returned (128+N for signal N). Detached (`-d`): the keeper runs the
-//! command and holds its stream; `exec` returns as soon as the guest accepted it.
+//! command and holds its stream; `exec` returns as soon as the guest accepted it and prints the
+//! command's process id inside the sandbox (JSON: `{"detached": true, "pid": N}`).
 //! Processes a command leaves in the background keep running after `exec` returns.
 
 use std::collections::BTreeMap;
@@ -137,10 +138,18 @@ pub fn run(args: ExecArgs, ctx: &Context) -> Result<Report, CommandError> {
     }
     let request = args.cmd.request(&args.command, env, &cwd)?;
     if args.detach {
-        detached(&record.paths.runtime_dir.join(SOCKET), &request)?;
+        let pid = detached(&record.paths.runtime_dir.join(SOCKET), &request)?;
+        let mut doc = Doc::new();
+        doc.text(
+            0,
+            &[(
+                crate::output::Style::Plain,
+                &format!("started pid {pid} in sandbox {name} (detached)"),
+            )],
+        );
         return Ok(Report::new(
-            Doc::new(),
-            serde_json::json!({ "detached": true }),
+            doc,
+            serde_json::json!({ "detached": true, "pid": pid }),
         ));
     }
     let channel = setup
@@ -154,7 +163,9 @@ pub fn run(args: ExecArgs, ctx: &Context) -> Result<Report, CommandError> {
     Ok(report)
 }
 
-fn detached(socket: &std::path::Path, request: &ExecRequest) -> Result<(), CommandError> {
+/// Hands the command to the keeper; returns its process id inside the sandbox (the keeper
+/// answers `ok PID` once the guest started it, or `error: …`).
+fn detached(socket: &std::path::Path, request: &ExecRequest) -> Result<u32, CommandError> {
     let fail = |e: std::io::Error| {
         CommandError::new(
             ErrorKind::Failed,
@@ -176,16 +187,30 @@ fn detached(socket: &std::path::Path, request: &ExecRequest) -> Result<(), Comma
     conn.write_all(&line).map_err(fail)?;
     let mut reply = String::new();
     BufReader::new(conn).read_line(&mut reply).map_err(fail)?;
-    match reply.trim() {
-        ok if ok == "ok" || ok.starts_with("ok ") => Ok(()),
-        other => Err(CommandError::new(
-            ErrorKind::Failed,
+    let reply = reply.trim();
+    if let Some(pid) = reply.strip_prefix("ok ").and_then(|p| p.parse().ok()) {
+        return Ok(pid);
+    }
+    let (code, message, hint) = if reply.starts_with("ok") {
+        (
+            "exec.detached_reply",
+            format!(
+                "the command started, but the sandbox's keeper did not report its process id \
+                 (reply {:?})",
+                crate::output::escape_untrusted(reply)
+            ),
+            "a keeper started by another airlock version is still running: `airlock down`, \
+             then `airlock up`",
+        )
+    } else {
+        (
             "exec.detached",
             format!(
                 "the sandbox refused the command: {}",
-                crate::output::escape_untrusted(other)
+                crate::output::escape_untrusted(reply)
             ),
+            "run it without -d to see its output",
         )
-        .with_hint("run it without -d to see its output")),
-    }
+    };
+    Err(CommandError::new(ErrorKind::Failed, code, message).with_hint(hint))
 }

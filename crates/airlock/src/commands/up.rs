@@ -7,7 +7,8 @@
 //! 2. Ctrl+C handling (L7): the first Ctrl+C cancels cleanly (what was created is rolled back,
 //!    a ready sandbox is kept) and exits 130; a second one exits at once.
 //! 3. `airlock_core::lifecycle::up` (lock, stale cleanup, reuse/refuse/create, records).
-//! 4. One line of timings (L3), then attach: until sessions exist, an interactive login shell
+//! 4. One line of timings (L3: only what was measured — there are no provisioning steps yet,
+//!    so no provisioning time is claimed), then attach: until sessions exist, an interactive login shell
 //!    through the same path as `exec -t`.
 //!
 //! Test hooks, in debug builds only: `AIRLOCK_TEST_CRASH_AT=<phase>` aborts the process when
@@ -158,7 +159,7 @@ fn summary(
     let verb = if outcome.reused { "reused" } else { "created" };
     let lines = vec![
         format!("{verb} sandbox {name} (epoch {epoch})"),
-        format!("prepared in {total} ms, provisioned in 0 ms, total {total} ms"),
+        format!("ready in {total} ms (no provisioning steps run in this version)"),
     ];
     let json = serde_json::json!({
         "name": name.as_str(),
@@ -166,8 +167,6 @@ fn summary(
         "epoch": epoch,
         "guest": { "pid": outcome.record.guest.as_ref().map(|g| g.pid) },
         "timings": {
-            "prepare_ms": total,
-            "provision_ms": 0,
             "total_ms": total,
             "phases": outcome.operation.timings,
         },

@@ -12,6 +12,7 @@ use crate::error::CommandError;
 use crate::output::Doc;
 
 pub mod clean;
+pub mod completions;
 pub mod config;
 pub mod doctor;
 pub mod down;
@@ -64,6 +65,8 @@ pub enum Command {
     Doctor(doctor::DoctorArgs),
     /// Print the release version, UTC build label and source revision
     Version(version::VersionArgs),
+    /// Print shell completions (bash, zsh, fish) for airlock
+    Completions(completions::CompletionsArgs),
 }
 
 /// Runs one verb.
@@ -85,6 +88,7 @@ pub fn run(command: Command, ctx: &Context) -> Result<Report, CommandError> {
         Command::Untrust(args) => trust::run_untrust(args, ctx),
         Command::Doctor(args) => doctor::run(args, ctx),
         Command::Version(args) => version::run(args, ctx),
+        Command::Completions(args) => completions::run(args, ctx),
     }
 }
 

@@ -1,5 +1,6 @@
 //! Tests of the public command surface (issue 2).
 
+mod completions;
 mod config;
 mod doctor;
 mod init;

@@ -16,7 +16,12 @@ use crate::output::Printer;
 
 /// Run coding agents and development work in disposable, isolated Linux sandboxes.
 #[derive(Parser, Debug)]
-#[command(name = "airlock", version = LONG_VERSION, propagate_version = false)]
+#[command(
+    name = "airlock",
+    version = LONG_VERSION,
+    propagate_version = false,
+    long_about = LONG_ABOUT
+)]
 pub struct Cli {
     /// Print the result as one JSON document on stdout (errors too)
     #[arg(long, global = true)]
@@ -25,6 +30,18 @@ pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
 }
+
+/// What `airlock --help` and the man page say about airlock as a whole.
+const LONG_ABOUT: &str = "\
+Run coding agents and development work in disposable, isolated Linux sandboxes.
+
+The project (the nearest directory holding .airlock/, else the git work tree) is mapped into the \
+sandbox read-write at its own path; the rest of your home is invisible. Network traffic leaves \
+only through airlock's proxy on the host, which enforces an allowlist and puts secrets into \
+requests for the hosts they are bound to: inside, a secret is only ever a placeholder.
+
+Start with `airlock doctor`, then `airlock run -- CMD` for a one-off command or `airlock up` for \
+a sandbox that stays. Every command accepts --json and then prints exactly one JSON document.";
 
 /// Whether raw argv asks for JSON output (`--json` before any `--`).
 pub fn wants_json(args: &[OsString]) -> bool {

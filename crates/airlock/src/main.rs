@@ -15,6 +15,8 @@ mod create_new;
 mod error;
 mod guest_entry;
 mod lib_errors;
+#[cfg(test)]
+mod man_pages;
 mod output;
 
 use std::ffi::OsString;

@@ -5,5 +5,6 @@ mod diagnostics;
 mod effective;
 mod mounts;
 mod policy;
+mod reference;
 mod schema;
 mod trust;

@@ -2,6 +2,7 @@
 
 mod completions;
 mod config;
+mod docs;
 mod doctor;
 mod init;
 mod plan;

@@ -250,11 +250,7 @@ fn open_existing_refuses_a_store_others_can_write() {
     let tmp = tempfile::tempdir().unwrap();
     let data = tmp.path().join("airlock");
     SecretStore::open(&data).unwrap();
-    std::fs::set_permissions(
-        data.join("secrets"),
-        std::fs::Permissions::from_mode(0o777),
-    )
-    .unwrap();
+    std::fs::set_permissions(data.join("secrets"), std::fs::Permissions::from_mode(0o777)).unwrap();
     assert!(matches!(
         SecretStore::open_existing(&data),
         Err(SecretError::Dir(_))

@@ -128,7 +128,10 @@ fn committed_man_pages_match_the_cli_definition() {
 #[test]
 fn man_pages_cover_every_visible_verb_and_no_hidden_one() {
     let pages = pages();
-    for verb in Cli::command().get_subcommands().filter(|s| !s.is_hide_set()) {
+    for verb in Cli::command()
+        .get_subcommands()
+        .filter(|s| !s.is_hide_set())
+    {
         let name = format!("airlock-{}.1", verb.get_name());
         assert!(pages.contains_key(&name), "no page {name}");
     }

@@ -140,7 +140,12 @@ fn description(v: &Value, defs: &Map<String, Value>) -> String {
 fn choices(v: &Value, defs: &Map<String, Value>) -> String {
     let mut out = String::new();
     let v = unwrap(v, defs);
-    for alt in v.get("oneOf").and_then(Value::as_array).into_iter().flatten() {
+    for alt in v
+        .get("oneOf")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
         for e in alt["enum"].as_array().into_iter().flatten() {
             let meaning = alt.get("description").and_then(Value::as_str).unwrap_or("");
             let _ = writeln!(out, "- `{e}`: {meaning}");
@@ -200,7 +205,10 @@ fn render_table(
 /// The whole reference page.
 fn reference() -> String {
     let schema = json_schema();
-    let defs = schema["definitions"].as_object().cloned().unwrap_or_default();
+    let defs = schema["definitions"]
+        .as_object()
+        .cloned()
+        .unwrap_or_default();
     let mut out = INTRO.replace("SCHEMA_FILE", &format!("`{SCHEMA_FILE_NAME}`"));
     out.push('\n');
     let top = serde_json::json!({ "properties": schema["properties"] });
@@ -242,5 +250,8 @@ fn the_reference_names_every_key_of_every_table() {
     ] {
         assert!(text.contains(&format!("### {key}")), "{key} missing");
     }
-    assert!(text.contains("*Type:* one of `\"none\"`, `\"dev\"`, `\"open\"`"), "{text}");
+    assert!(
+        text.contains("*Type:* one of `\"none\"`, `\"dev\"`, `\"open\"`"),
+        "{text}"
+    );
 }

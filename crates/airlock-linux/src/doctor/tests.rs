@@ -65,7 +65,10 @@ fn hybrid_host_with_v1_controllers_is_not_a_warning() {
         Status::Unused,
         "empty v2 is fine when v1 has everything: {v2:?}"
     );
-    assert!(v2.detail.contains("v1 controllers are used instead"), "{v2:?}");
+    assert!(
+        v2.detail.contains("v1 controllers are used instead"),
+        "{v2:?}"
+    );
     assert_eq!(
         checks.iter().find(|c| c.id == "cgroup_v1").unwrap().status,
         Status::Ok
@@ -97,7 +100,10 @@ fn v2_only_host_does_not_label_the_absent_v1_controllers_ok() {
     assert_eq!(v2.status, Status::Ok, "{v2:?}");
     let v1 = checks.iter().find(|c| c.id == "cgroup_v1").unwrap();
     assert_eq!(v1.status, Status::Unused, "{v1:?}");
-    assert!(v1.detail.contains("v2 controllers are used instead"), "{v1:?}");
+    assert!(
+        v1.detail.contains("v2 controllers are used instead"),
+        "{v1:?}"
+    );
 }
 
 /// Regression: the fix pointed to `airlock image import`, which this version does not have.

@@ -49,9 +49,13 @@ pub fn script(shell: Shell) -> Vec<u8> {
     let mut out = Vec::new();
     let name = cmd.get_name().to_owned();
     match shell {
-        Shell::Bash => clap_complete::generate(clap_complete::Shell::Bash, &mut cmd, name, &mut out),
+        Shell::Bash => {
+            clap_complete::generate(clap_complete::Shell::Bash, &mut cmd, name, &mut out)
+        }
         Shell::Zsh => clap_complete::generate(clap_complete::Shell::Zsh, &mut cmd, name, &mut out),
-        Shell::Fish => clap_complete::generate(clap_complete::Shell::Fish, &mut cmd, name, &mut out),
+        Shell::Fish => {
+            clap_complete::generate(clap_complete::Shell::Fish, &mut cmd, name, &mut out)
+        }
     }
     out
 }

@@ -81,9 +81,9 @@ fn the_guide_has_a_section_for_every_command() {
     assert!(verbs.len() > 10, "{}", help.stdout);
     let guide = std::fs::read_to_string(repo().join("docs/guide.md")).expect("docs/guide.md");
     for verb in verbs {
-        let heading = guide.lines().any(|l| {
-            l.starts_with("### ") && l.contains(&format!("`airlock {verb}"))
-        });
+        let heading = guide
+            .lines()
+            .any(|l| l.starts_with("### ") && l.contains(&format!("`airlock {verb}")));
         assert!(heading, "docs/guide.md has no section for `airlock {verb}`");
     }
 }

@@ -156,14 +156,14 @@ fn exec_detached_prints_the_process_id_and_json_gives_it() {
         .and_then(|w| w.parse().ok())
         .unwrap_or_else(|| panic!("no pid in {:?}", run.stdout));
     let cmdline = p.run(&["exec", "--", "cat", &format!("/proc/{pid}/cmdline")]);
-    assert_eq!(cmdline.stdout, "sleep\0302\0", "{}", cmdline.stderr);
+    assert_eq!(cmdline.stdout, "sleep\x00302\x00", "{}", cmdline.stderr);
     let run = p.run(&["--json", "exec", "-d", "--", "sleep", "303"]);
     run.assert_code(0);
     let v = run.json();
     assert_eq!(v["detached"], true, "{v}");
     let pid = v["pid"].as_u64().unwrap_or_else(|| panic!("no pid in {v}"));
     let cmdline = p.run(&["exec", "--", "cat", &format!("/proc/{pid}/cmdline")]);
-    assert_eq!(cmdline.stdout, "sleep\0303\0", "{}", cmdline.stderr);
+    assert_eq!(cmdline.stdout, "sleep\x00303\x00", "{}", cmdline.stderr);
 }
 
 #[test]

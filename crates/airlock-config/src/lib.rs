@@ -7,6 +7,7 @@
 //! See `docs/architecture.md` for the contracts.
 
 pub mod agents;
+pub mod beneath;
 pub mod diagnostics;
 pub mod edit;
 pub mod effective;

@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 use sha2::{Digest, Sha256};
 
 use crate::agents::{self, AgentSpec};
+use crate::beneath;
 use crate::diagnostics::{key_segment, ConfigErrors, Diagnostic};
 use crate::effective::{
     Agent, DetachKey, Effective, Files, HomeMapping, Image, LoadedFile, Origin, Phase,
@@ -56,8 +57,8 @@ pub fn config_hash(bytes: &[u8]) -> String {
 /// The pseudo-file named in diagnostics about command-line values.
 pub const COMMAND_LINE: &str = "<command line>";
 
-/// Reads one file. `Ok(None)` when it does not exist.
-fn read(path: &Path, diags: &mut Vec<Diagnostic>) -> Option<Vec<u8>> {
+/// The user's own config file. `None` when it does not exist.
+fn read_user(path: &Path, diags: &mut Vec<Diagnostic>) -> Option<Vec<u8>> {
     match std::fs::read(path) {
         Ok(bytes) => Some(bytes),
         Err(e) if e.kind() == io::ErrorKind::NotFound => None,
@@ -74,12 +75,32 @@ fn read(path: &Path, diags: &mut Vec<Diagnostic>) -> Option<Vec<u8>> {
     }
 }
 
+/// The project's config file, read beneath the project root without following links, as a
+/// regular file of at most [`beneath::CONFIG_CAP`] bytes (C7). `None` when it does not exist.
+fn read_project(project: &Project, diags: &mut Vec<Diagnostic>) -> Option<Vec<u8>> {
+    let path = &project.config_path;
+    let rel = path.strip_prefix(&project.root).unwrap_or(path);
+    match beneath::read_beneath(&project.root, rel, beneath::CONFIG_CAP) {
+        Ok(bytes) => bytes,
+        Err(e) => {
+            diags.push(Diagnostic {
+                file: path.to_owned(),
+                key: String::new(),
+                line: 0,
+                column: 0,
+                message: e.to_string(),
+            });
+            None
+        }
+    }
+}
+
 fn load_file(
     path: &Path,
+    bytes: Option<Vec<u8>>,
     role: FileRole,
     diags: &mut Vec<Diagnostic>,
 ) -> (LoadedFile, Option<ParsedFile>) {
-    let bytes = read(path, diags);
     let info = LoadedFile {
         path: path.to_owned(),
         present: bytes.is_some(),
@@ -235,10 +256,13 @@ fn sort_diagnostics(diags: &mut [Diagnostic], req: &LoadRequest<'_>) {
 /// Loads and validates everything; see the module docs for the order of operations.
 pub fn load(req: &LoadRequest<'_>) -> Result<Effective, ConfigErrors> {
     let mut diags = Vec::new();
-    let (user_info, user) = load_file(&req.roots.user_config_path(), FileRole::User, &mut diags);
+    let user_path = req.roots.user_config_path();
+    let user_bytes = read_user(&user_path, &mut diags);
+    let (user_info, user) = load_file(&user_path, user_bytes, FileRole::User, &mut diags);
     let (project_info, project_file) = match req.project {
         Some(p) => {
-            let (info, parsed) = load_file(&p.config_path, FileRole::Project, &mut diags);
+            let bytes = read_project(p, &mut diags);
+            let (info, parsed) = load_file(&p.config_path, bytes, FileRole::Project, &mut diags);
             (Some(info), parsed)
         }
         None => (None, None),
@@ -276,7 +300,7 @@ pub fn load(req: &LoadRequest<'_>) -> Result<Effective, ConfigErrors> {
         d,
     );
     let agents = agent_settings(&layers, selected, d);
-    let provisioning = provisioning(req, &layers);
+    let provisioning = provisioning(req, &layers, d);
 
     if !diags.is_empty() {
         sort_diagnostics(&mut diags, req);
@@ -449,7 +473,31 @@ fn is_file(path: &Path) -> bool {
     std::fs::metadata(path).is_ok_and(|m| m.is_file())
 }
 
-fn provisioning(req: &LoadRequest<'_>, layers: &Layers<'_>) -> Vec<ProvisionStep> {
+/// Whether the project's provision script exists, checked beneath the root without following
+/// links (C7): a link, FIFO or directory there is an error, not a step.
+fn project_script(project: &Project, d: &mut Vec<Diagnostic>) -> bool {
+    let path = &project.provision_path;
+    let rel = path.strip_prefix(&project.root).unwrap_or(path);
+    match beneath::open_beneath(&project.root, rel) {
+        Ok(found) => found.is_some(),
+        Err(e) => {
+            d.push(Diagnostic {
+                file: path.clone(),
+                key: String::new(),
+                line: 0,
+                column: 0,
+                message: e.to_string(),
+            });
+            false
+        }
+    }
+}
+
+fn provisioning(
+    req: &LoadRequest<'_>,
+    layers: &Layers<'_>,
+    d: &mut Vec<Diagnostic>,
+) -> Vec<ProvisionStep> {
     let mut steps = vec![ProvisionStep {
         phase: Phase::Base,
         owner: StepOwner::Airlock,
@@ -479,7 +527,7 @@ fn provisioning(req: &LoadRequest<'_>, layers: &Layers<'_>) -> Vec<ProvisionStep
             detail: format!("run {}", user_script.display()),
         });
     }
-    if let Some(p) = req.project.filter(|p| is_file(&p.provision_path)) {
+    if let Some(p) = req.project.filter(|p| project_script(p, d)) {
         steps.push(ProvisionStep {
             phase: Phase::ProjectScript,
             owner: StepOwner::File(p.provision_path.clone()),

@@ -4,6 +4,8 @@
 //! `.airlock/` *directory*; failing that, the root of the enclosing git work tree (the nearest
 //! ancestor holding `.git`, a directory or — for linked worktrees and submodules — a file; no
 //! git binary is run); failing that, there is none. Only metadata is read; nothing is created.
+//! A `.airlock` that is a symbolic link marks the project too (it is never followed: reading
+//! the config then fails naming the link).
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -130,8 +132,17 @@ fn probe(path: &Path) -> Result<Option<bool>, ProjectError> {
     }
 }
 
+/// `.airlock/` as a directory, or as a symbolic link: a link is never followed (C7), but it
+/// still marks the project, so reading its config fails with an error naming the link instead
+/// of discovery silently falling back to an enclosing git work tree.
 fn has_airlock_dir(dir: &Path) -> Result<bool, ProjectError> {
-    Ok(probe(&dir.join(PROJECT_DIR))? == Some(true))
+    let path = dir.join(PROJECT_DIR);
+    match std::fs::symlink_metadata(&path) {
+        Ok(m) => Ok(m.is_dir() || m.file_type().is_symlink()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+        Err(e) if e.kind() == io::ErrorKind::NotADirectory => Ok(false),
+        Err(source) => Err(ProjectError::Inspect { path, source }),
+    }
 }
 
 fn has_git(dir: &Path) -> Result<bool, ProjectError> {

@@ -4,6 +4,7 @@ mod completions;
 mod config;
 mod docs;
 mod doctor;
+mod hostile_project;
 mod init;
 mod plan;
 mod policy;

@@ -327,7 +327,7 @@ mod tests {
         let (_t, root) = project();
         rustix::fs::mknodat(
             CWD,
-            &root.join(rel()),
+            root.join(rel()),
             FileType::Fifo,
             Mode::from_raw_mode(0o600),
             0,

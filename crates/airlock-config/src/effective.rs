@@ -138,7 +138,8 @@ pub struct Mount {
     pub read_only: bool,
 }
 
-/// A setting dropped because it would widen policy from an untrusted project (C6).
+/// A setting dropped because it would widen policy or raise a limit from an untrusted project
+/// (C6).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Ignored {
     /// Key path in the project config, e.g. `network.allow[0]`.
@@ -266,6 +267,9 @@ pub struct Effective {
     pub cpus: Sourced<Option<f64>>,
     /// Process limit.
     pub pids_max: Sourced<u64>,
+    /// Settings outside `[network]` (today the limits) that the untrusted project config asked
+    /// to raise and that were dropped (C6); `network.ignored` lists the network ones.
+    pub ignored: Vec<Ignored>,
     /// Packages to install, user's first, each with the file that asked for it.
     pub packages: Vec<Sourced<String>>,
     /// Session layout.

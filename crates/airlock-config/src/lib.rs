@@ -12,6 +12,7 @@ pub mod diagnostics;
 pub mod edit;
 pub mod effective;
 pub mod env_vars;
+mod limits;
 mod load;
 pub mod mounts;
 mod network;

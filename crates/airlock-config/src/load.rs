@@ -11,7 +11,7 @@
 //! 6. return every diagnostic of steps 1–5 together, or the effective configuration.
 
 use std::io;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use sha2::{Digest, Sha256};
 
@@ -22,6 +22,7 @@ use crate::effective::{
     Agent, DetachKey, Effective, Files, HomeMapping, Image, LoadedFile, Origin, Phase,
     ProvisionStep, Sourced, StepOwner, Workspace,
 };
+use crate::limits;
 use crate::mounts;
 use crate::network::{self, NetworkInputs};
 use crate::parse::{parse_file, FileRole, ParsedFile};
@@ -153,15 +154,12 @@ impl Layers<'_> {
 struct Scalars {
     image: Sourced<Image>,
     agent: Sourced<Option<String>>,
-    memory_mb: Sourced<u64>,
-    cpus: Sourced<Option<f64>>,
-    pids_max: Sourced<u64>,
     layout: Sourced<Layout>,
     detach_key: Sourced<DetachKey>,
     workspace_mode: Sourced<WorkspaceMode>,
 }
 
-fn scalars(layers: &Layers<'_>, overrides: Overrides, d: &mut Vec<Diagnostic>) -> Scalars {
+fn scalars(layers: &Layers<'_>, d: &mut Vec<Diagnostic>) -> Scalars {
     let default = |v| Sourced::new(v, Origin::Default);
     let image = layers
         .resolve(
@@ -183,22 +181,6 @@ fn scalars(layers: &Layers<'_>, overrides: Overrides, d: &mut Vec<Diagnostic>) -
             },
         )
         .unwrap_or(Sourced::new(None, Origin::Default));
-    let cpus = layers
-        .resolve(
-            d,
-            "cpus",
-            |r| r.cpus.as_ref(),
-            |v, _| values::cpus(*v).map(Some),
-        )
-        .unwrap_or(Sourced::new(None, Origin::Default));
-    let pids_max = layers
-        .resolve(
-            d,
-            "pids_max",
-            |r| r.pids_max.as_ref(),
-            |v, _| values::pids_max(*v),
-        )
-        .unwrap_or(Sourced::new(values::DEFAULT_PIDS_MAX, Origin::Default));
     let layout = layers
         .resolve(d, "layout", |r| r.layout.as_ref(), |v, _| Ok(*v))
         .unwrap_or(Sourced::new(Layout::default(), Origin::Default));
@@ -225,9 +207,6 @@ fn scalars(layers: &Layers<'_>, overrides: Overrides, d: &mut Vec<Diagnostic>) -
     Scalars {
         image,
         agent,
-        memory_mb: memory(layers, overrides, d),
-        cpus,
-        pids_max,
         layout,
         detach_key,
         workspace_mode,
@@ -281,7 +260,8 @@ pub fn load(req: &LoadRequest<'_>) -> Result<Effective, ConfigErrors> {
         .extend(project_file.as_ref().map(|f| (Origin::Project, f)));
 
     let d = &mut diags;
-    let s = scalars(&layers, req.overrides, d);
+    let s = scalars(&layers, d);
+    let limits = limits::resolve_all(&layers.files, project_trusted, req.overrides, d);
     let packages = packages(&layers, d);
     let workspaces = workspaces(req, s.workspace_mode, d);
     let workspace_root = req.project.map(|p| p.root.as_path());
@@ -315,9 +295,10 @@ pub fn load(req: &LoadRequest<'_>) -> Result<Effective, ConfigErrors> {
         project: req.project.cloned(),
         image: s.image,
         agent: s.agent,
-        memory_mb: s.memory_mb,
-        cpus: s.cpus,
-        pids_max: s.pids_max,
+        memory_mb: limits.memory_mb,
+        cpus: limits.cpus,
+        pids_max: limits.pids_max,
+        ignored: limits.ignored,
         packages,
         layout: s.layout,
         detach_key: s.detach_key,
@@ -339,31 +320,6 @@ fn unknown_agent(name: &str) -> String {
         "unknown agent {name:?}; the catalogue has: {}",
         known.join(", ")
     )
-}
-
-fn memory(layers: &Layers<'_>, overrides: Overrides, d: &mut Vec<Diagnostic>) -> Sourced<u64> {
-    let from_files = layers
-        .resolve(
-            d,
-            "memory_mb",
-            |r| r.memory_mb.as_ref(),
-            |v, _| values::memory_mb(*v),
-        )
-        .unwrap_or(Sourced::new(values::DEFAULT_MEMORY_MB, Origin::Default));
-    match overrides.memory_mb.map(values::memory_mb) {
-        None => from_files,
-        Some(Ok(v)) => Sourced::new(v, Origin::Flag),
-        Some(Err(message)) => {
-            d.push(Diagnostic {
-                file: PathBuf::from(COMMAND_LINE),
-                key: "--memory-mb".to_owned(),
-                line: 0,
-                column: 0,
-                message,
-            });
-            from_files
-        }
-    }
 }
 
 fn packages(layers: &Layers<'_>, d: &mut Vec<Diagnostic>) -> Vec<Sourced<String>> {

@@ -8,3 +8,4 @@ mod policy;
 mod reference;
 mod schema;
 mod trust;
+mod untrusted;

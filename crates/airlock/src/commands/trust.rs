@@ -46,7 +46,7 @@ pub fn run_trust(_args: TrustArgs, ctx: &Context) -> Result<Report, CommandError
         .field(1, "project", &path_text(&entry.root))
         .field(1, "config", &path_text(&project.config_path))
         .field(1, "sha256", &entry.config_sha256);
-    for i in &effective.network.ignored {
+    for i in effective.ignored.iter().chain(&effective.network.ignored) {
         doc.field(1, "now applies", &format!("{} = {}", i.key, i.value));
     }
     doc.text(
@@ -61,7 +61,7 @@ pub fn run_trust(_args: TrustArgs, ctx: &Context) -> Result<Report, CommandError
         "project": entry.root,
         "config": project.config_path,
         "config_sha256": entry.config_sha256,
-        "now_applies": effective.network.ignored,
+        "now_applies": effective.ignored.iter().chain(&effective.network.ignored).collect::<Vec<_>>(),
     });
     Ok(Report::new(doc, json))
 }

@@ -114,6 +114,17 @@ fn sandbox(doc: &mut Doc, e: &Effective) {
         &e.pids_max.value.to_string(),
         e.pids_max.origin,
     );
+    for i in &e.ignored {
+        doc.styled_field(
+            1,
+            &i.key,
+            &[
+                (Style::Warn, &format!("{} ignored (untrusted)", i.value)),
+                (Style::Plain, " — "),
+                (Style::Dim, &i.reason),
+            ],
+        );
+    }
     let layout = serde_label(&e.layout.value);
     sourced(doc, "layout", &layout, e.layout.origin);
     sourced(

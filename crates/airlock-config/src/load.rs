@@ -276,6 +276,7 @@ pub fn load(req: &LoadRequest<'_>) -> Result<Effective, ConfigErrors> {
             project: project_file.as_ref(),
             project_trusted,
             agent: selected,
+            agent_from_untrusted_project: s.agent.origin == Origin::Project && !project_trusted,
         },
         d,
     );

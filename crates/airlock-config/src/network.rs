@@ -12,7 +12,7 @@ use crate::agents::AgentSpec;
 use crate::diagnostics::{key_segment, Diagnostic};
 use crate::effective::{HostEntry, HostPort, Ignored, Network, Origin, Sourced};
 use crate::parse::ParsedFile;
-use crate::policy::{Action, HostMatch, HostPattern, Rule, RuleOrigin};
+use crate::policy::{Action, HostMatch, HostPattern, Policy, Rule, RuleOrigin};
 use crate::raw::{Preset, RawNetwork};
 
 /// The reason text of every ignored project setting.
@@ -28,7 +28,16 @@ pub(crate) struct NetworkInputs<'a> {
     pub project: Option<&'a ParsedFile>,
     pub project_trusted: bool,
     pub agent: Option<&'static AgentSpec>,
+    /// Whether the untrusted project config chose the agent (C6: its API hosts are then added
+    /// only where the user config already allows them).
+    pub agent_from_untrusted_project: bool,
 }
+
+/// The reason text of an agent API host the untrusted project config could not add.
+pub const UNTRUSTED_AGENT_REASON: &str =
+    "the untrusted project config selected this agent, and your user config does not allow \
+     its API host; review .airlock/config.toml and run `airlock trust`, or allow the host \
+     with `airlock policy allow`";
 
 fn section(file: Option<&ParsedFile>) -> Option<(&ParsedFile, &RawNetwork)> {
     let f = file?;
@@ -54,6 +63,8 @@ pub(crate) fn merge(inputs: &NetworkInputs<'_>, diags: &mut Vec<Diagnostic>) -> 
         hosts(file, raw, Origin::User, &mut net, false, diags);
         user_only(file, raw, &mut net, diags);
     }
+    // What the user config alone allows: the yardstick for an untrusted project's agent.
+    let user_policy = Policy::new(net.preset.value, net.rules.clone());
     if let Some((file, raw)) = section(inputs.project) {
         let widen_ok = inputs.project_trusted;
         if let Some(p) = raw.preset {
@@ -69,6 +80,14 @@ pub(crate) fn merge(inputs: &NetworkInputs<'_>, diags: &mut Vec<Diagnostic>) -> 
     if let Some(agent) = inputs.agent {
         for host in agent.api_hosts {
             if let Ok(pattern) = HostPattern::parse(host) {
+                if inputs.agent_from_untrusted_project && !covered(&user_policy, &pattern) {
+                    net.ignored.push(Ignored {
+                        key: "agent".to_owned(),
+                        value: format!("{} (API host {host})", agent.name),
+                        reason: UNTRUSTED_AGENT_REASON.to_owned(),
+                    });
+                    continue;
+                }
                 net.agent_hosts.push(Rule {
                     action: Action::Allow,
                     pattern,
@@ -78,6 +97,23 @@ pub(crate) fn merge(inputs: &NetworkInputs<'_>, diags: &mut Vec<Diagnostic>) -> 
         }
     }
     net
+}
+
+/// Whether `policy` already allows everything `pattern` would: an exact host on its port (80
+/// and 443 when portless), a wildcard through a host below it that no narrower rule could
+/// single out (`airlock-probe.<domain>`, two labels deep for `**.`).
+fn covered(policy: &Policy, pattern: &HostPattern) -> bool {
+    let host = match pattern.host() {
+        HostMatch::Exact(h) => h.clone(),
+        HostMatch::Ip(ip) => ip.to_string(),
+        HostMatch::OneLabel(d) => format!("airlock-probe.{d}"),
+        HostMatch::AnyDepth(d) => format!("airlock-probe.airlock-probe.{d}"),
+    };
+    let ports: &[u16] = match pattern.port() {
+        Some(p) => &[p],
+        None => &[80, 443],
+    };
+    ports.iter().all(|p| policy.decide(&host, *p).allowed)
 }
 
 fn ignored(key: &str, value: &str) -> Ignored {

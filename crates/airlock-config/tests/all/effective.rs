@@ -94,11 +94,14 @@ fn workspace_and_home_keep_their_host_paths_inside() {
 }
 
 #[test]
-fn selected_agent_adds_its_api_hosts_whatever_the_preset() {
+fn selected_agent_of_a_trusted_project_adds_its_api_hosts_whatever_the_preset() {
+    // Untrusted, the same project adds nothing: see `untrusted.rs` (C6).
     let w = World::new();
     w.write_user("[network]\npreset = \"none\"\n[agents.claude]\ncredentials = true\n");
     let project = w.project("p", Some("agent = \"claude\"\n"));
-    let e = w.ok(Some(&project));
+    let e = w
+        .load_with(Some(&project), Overrides::default(), &|_, _| true)
+        .unwrap();
     assert_eq!(e.agent.value.as_deref(), Some("claude"));
     let claude = &e.agents[0];
     assert!(claude.selected);

@@ -106,3 +106,75 @@ fn trusted_project_may_raise_every_limit() {
     assert_eq!((e.cpus.value, e.cpus.origin), (Some(4.0), Origin::Project));
     assert!(e.ignored.is_empty());
 }
+
+const USER_NONE: &str = "[network]\npreset = \"none\"\n";
+
+#[test]
+fn untrusted_project_agent_cannot_add_its_api_hosts_under_user_preset_none() {
+    for agent in ["claude", "copilot"] {
+        let w = World::new();
+        w.write_user(USER_NONE);
+        let project = w.project("p", Some(&format!("agent = \"{agent}\"\n")));
+        let e = w.ok(Some(&project));
+        assert_eq!(e.agent.value.as_deref(), Some(agent));
+        assert!(
+            e.network.agent_hosts.is_empty(),
+            "{:?}",
+            e.network.agent_hosts
+        );
+        let spec = airlock_config::agents::find(agent).unwrap();
+        let listed = e
+            .network
+            .ignored
+            .iter()
+            .filter(|i| i.key == "agent")
+            .count();
+        assert_eq!(listed, spec.api_hosts.len(), "{:?}", e.network.ignored);
+        let policy = e.network.policy();
+        for host in [
+            "api.anthropic.com",
+            "api.githubcopilot.com",
+            "x.y.githubcopilot.com",
+        ] {
+            assert!(!policy.decide(host, 443).allowed, "{agent}: {host}");
+        }
+    }
+}
+
+#[test]
+fn trusted_project_agent_adds_its_api_hosts() {
+    let w = World::new();
+    w.write_user(USER_NONE);
+    let project = w.project("p", Some("agent = \"claude\"\n"));
+    let e = trusted(&w, &project);
+    assert!(e.network.ignored.is_empty(), "{:?}", e.network.ignored);
+    assert!(e.network.policy().decide("api.anthropic.com", 443).allowed);
+}
+
+#[test]
+fn agent_chosen_by_the_user_config_adds_its_api_hosts_whatever_the_preset() {
+    let w = World::new();
+    w.write_user(&format!("agent = \"claude\"\n{USER_NONE}"));
+    let project = w.project("p", Some("memory_mb = 512\n"));
+    let e = w.ok(Some(&project));
+    assert!(e.network.policy().decide("api.anthropic.com", 443).allowed);
+    assert!(e.network.ignored.is_empty());
+}
+
+#[test]
+fn untrusted_project_agent_keeps_hosts_the_user_config_already_allows() {
+    let w = World::new();
+    w.write_user("[network]\npreset = \"none\"\nallow = [\"api.anthropic.com\"]\n");
+    let project = w.project("p", Some("agent = \"claude\"\n"));
+    let e = w.ok(Some(&project));
+    let kept: Vec<String> = e
+        .network
+        .agent_hosts
+        .iter()
+        .map(|r| r.pattern.to_string())
+        .collect();
+    assert_eq!(kept, ["api.anthropic.com"]);
+    let policy = e.network.policy();
+    assert!(policy.decide("api.anthropic.com", 443).allowed);
+    assert!(!policy.decide("claude.ai", 443).allowed);
+}

@@ -15,8 +15,11 @@ use clap::Args;
 
 use airlock_config::project::{init_root, Project, ProjectKind, PROJECT_DIR};
 
+use airlock_config::Roots;
+use airlock_core::TrustStore;
+
 use super::Report;
-use crate::context::Context;
+use crate::context::{ensure_root, Context};
 use crate::create_new::create_new;
 use crate::error::{CommandError, ErrorKind};
 use crate::output::{path_text, Doc, Style};
@@ -64,11 +67,24 @@ pub fn run(args: InitArgs, ctx: &Context) -> Result<Report, CommandError> {
         })?;
     let config = Project::at(root.clone(), ProjectKind::Airlock).config_path;
     create_new(&config, template.as_bytes(), 0o644)?;
+    // `init --agent A` is the user's own act: trust exactly the bytes written (C6), so the
+    // agent's API hosts apply at once. A repository that arrives with `agent =` stays untrusted.
+    let trusted = match args.agent {
+        Some(_) => Some(trust_written(&roots, &root, template.as_bytes())),
+        None => None,
+    };
 
     let mut doc = Doc::new();
     doc.heading("Initialised")
         .field(1, "project", &path_text(&root))
         .field(1, "config", &path_text(&config));
+    if let Some(Ok(())) = &trusted {
+        doc.field(
+            1,
+            "trusted",
+            "yes: written by you, so the agent's API hosts apply",
+        );
+    }
     doc.text(
         1,
         &[(Style::Dim, "next: review it, then run `airlock plan`")],
@@ -78,8 +94,23 @@ pub fn run(args: InitArgs, ctx: &Context) -> Result<Report, CommandError> {
         "config": config,
         "agent": args.agent,
         "image": args.image,
+        "trusted": matches!(trusted, Some(Ok(()))),
     });
-    Ok(Report::new(doc, json))
+    let mut report = Report::new(doc, json);
+    if let Some(Err(e)) = trusted {
+        report.note(format!(
+            "warning: cannot record trust for the new config ({e}); run `airlock trust` so \
+             the agent's API hosts apply"
+        ));
+    }
+    Ok(report)
+}
+
+/// Records trust for the config `init` just wrote (keyed by the hash of those bytes).
+fn trust_written(roots: &Roots, root: &Path, bytes: &[u8]) -> Result<(), CommandError> {
+    ensure_root(roots, &roots.state)?;
+    TrustStore::open(&roots.state)?.trust(root, &airlock_config::config_hash(bytes))?;
+    Ok(())
 }
 
 /// `.airlock/` appeared between the check and `mkdir` (another `init` raced this one).

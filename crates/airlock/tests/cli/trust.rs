@@ -119,3 +119,74 @@ fn trust_store_is_private() {
     let mode = std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o700, "{}", dir.display());
 }
+
+const USER_PRESET_NONE: &str = "[network]\npreset = \"none\"\n";
+
+#[test]
+fn repository_that_selects_an_agent_stays_untrusted_and_adds_no_api_hosts() {
+    let env = TestEnv::new();
+    env.write_user_config(USER_PRESET_NONE);
+    let project = env.git_project("src/demo");
+    env.write_project_config(&project, "agent = \"claude\"\n");
+    let check = env.run_in(&project, &["policy", "check", "api.anthropic.com"]);
+    check.assert_code(1);
+    let plan = env.run_in(&project, &["plan"]);
+    plan.assert_code(0);
+    assert!(
+        plan.stdout
+            .lines()
+            .any(|l| l.contains("api.anthropic.com") && l.contains("untrusted")),
+        "{}",
+        plan.stdout
+    );
+}
+
+#[test]
+fn init_with_an_agent_trusts_the_file_it_wrote_so_the_agent_works_at_once() {
+    let env = TestEnv::new();
+    env.write_user_config(USER_PRESET_NONE);
+    let project = env.git_project("src/demo");
+    let init = env.run_in(&project, &["init", "--agent", "claude", "--json"]);
+    init.assert_code(0);
+    assert_eq!(init.json()["trusted"], true);
+    env.run_in(&project, &["policy", "check", "api.anthropic.com"])
+        .assert_code(0);
+    // Trust is keyed by the file's hash: an edit (e.g. a pull) revokes it.
+    let config = project.join(".airlock/config.toml");
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, format!("{text}# pulled\n")).unwrap();
+    env.run_in(&project, &["policy", "check", "api.anthropic.com"])
+        .assert_code(1);
+}
+
+#[test]
+fn plan_shows_a_limit_raised_by_an_untrusted_project_as_ignored() {
+    let env = TestEnv::new();
+    env.write_user_config("cpus = 2\n");
+    let project = env.git_project("src/demo");
+    env.write_project_config(
+        &project,
+        "memory_mb = 1048576\npids_max = 4194304\ncpus = 64\n",
+    );
+    let plan = env.run_in(&project, &["plan"]);
+    plan.assert_code(0);
+    for (key, value) in [
+        ("memory_mb", "1048576"),
+        ("pids_max", "4194304"),
+        ("cpus", "64"),
+    ] {
+        assert!(
+            plan.stdout
+                .lines()
+                .any(|l| l.contains(key) && l.contains(&format!("{value} ignored (untrusted)"))),
+            "{key}:\n{}",
+            plan.stdout
+        );
+    }
+    let v = env.run_in(&project, &["plan", "--json"]).json();
+    assert_eq!(v["memory_mb"]["value"], 8192);
+    assert_eq!(v["pids_max"]["value"], 4096);
+    env.run_in(&project, &["trust"]).assert_code(0);
+    let v = env.run_in(&project, &["plan", "--json"]).json();
+    assert_eq!(v["memory_mb"]["value"], 1048576);
+}

@@ -69,10 +69,10 @@ pub fn run(args: InitArgs, ctx: &Context) -> Result<Report, CommandError> {
     create_new(&config, template.as_bytes(), 0o644)?;
     // `init --agent A` is the user's own act: trust exactly the bytes written (C6), so the
     // agent's API hosts apply at once. A repository that arrives with `agent =` stays untrusted.
-    let trusted = match args.agent {
-        Some(_) => Some(trust_written(&roots, &root, template.as_bytes())),
-        None => None,
-    };
+    let trusted = args
+        .agent
+        .as_ref()
+        .map(|_| trust_written(&roots, &root, template.as_bytes()));
 
     let mut doc = Doc::new();
     doc.heading("Initialised")

@@ -6,6 +6,8 @@
 //! - [`state`]: revisioned JSON records with compare-and-swap ([`StateStore`]).
 //! - [`lock`]: the per-sandbox `flock` with bounded waiting and holder identity ([`SandboxLock`]).
 //! - [`trust`]: which projects may widen network policy ([`TrustStore`]).
+//! - [`known_roots`]: project roots airlock has used, so a workspace never silently widens
+//!   ([`KnownRoots`]).
 //! - [`names`], [`records`], [`ownership`], [`backend`], [`lifecycle`]: sandbox identity, the
 //!   lifecycle's records, ownership proofs (R2), the backend boundary (§13) and the operations
 //!   `up`, `down`, `clean`, `status` (§4).
@@ -16,6 +18,7 @@
 pub mod atomic;
 pub mod backend;
 mod flock_wait;
+pub mod known_roots;
 pub mod lifecycle;
 pub mod lock;
 pub mod names;
@@ -26,6 +29,7 @@ pub mod state;
 pub mod trust;
 
 pub use atomic::{write_atomic, AtomicWriteError};
+pub use known_roots::{KnownRoots, KnownRootsError};
 pub use lock::{Holder, LockError, LockGuard, SandboxLock};
 pub use private_dir::{check_private_dir, ensure_private_dir, DirPresence, PrivateDirError};
 pub use state::{Record, StateError, StateStore};

@@ -3,7 +3,9 @@
 //! classified here before the CLI compiles.
 
 use airlock_config::{ConfigErrors, RootsError};
-use airlock_core::{AtomicWriteError, LockError, PrivateDirError, StateError, TrustError};
+use airlock_core::{
+    AtomicWriteError, KnownRootsError, LockError, PrivateDirError, StateError, TrustError,
+};
 
 use crate::create_new::CreateNewError;
 use crate::error::{CommandError, ErrorKind};
@@ -165,6 +167,18 @@ impl From<CreateNewError> for CommandError {
             CreateNewError::Create { .. } | CreateNewError::Write { .. } => {
                 CommandError::internal("io.write", e.to_string())
                     .with_hint("check the permissions and free space of that directory")
+            }
+        }
+    }
+}
+
+impl From<KnownRootsError> for CommandError {
+    fn from(e: KnownRootsError) -> Self {
+        match e {
+            KnownRootsError::State(inner) => inner.into(),
+            e @ (KnownRootsError::NotAbsolute { .. } | KnownRootsError::NonUtf8Path { .. }) => {
+                CommandError::new(ErrorKind::Failed, "project.remember", e.to_string())
+                    .with_hint("airlock remembers project roots by their absolute UTF-8 path")
             }
         }
     }

@@ -16,7 +16,7 @@ use clap::Args;
 use airlock_config::project::{init_root, Project, ProjectKind, PROJECT_DIR};
 
 use airlock_config::Roots;
-use airlock_core::TrustStore;
+use airlock_core::{KnownRoots, TrustStore};
 
 use super::Report;
 use crate::context::{ensure_root, Context};
@@ -42,6 +42,12 @@ fn project_image(v: &str) -> Result<String, String> {
 pub fn run(args: InitArgs, ctx: &Context) -> Result<Report, CommandError> {
     let roots = ctx.roots()?;
     let root = init_root(&ctx.cwd)?;
+    // Inside a remembered project root whose markers are gone, `init` restores that root
+    // rather than create the project at an enclosing git work tree (C7).
+    let dir = ctx.cwd.canonicalize().unwrap_or_else(|_| ctx.cwd.clone());
+    let root = KnownRoots::open(&roots.state)?
+        .widened_from(&root, &dir)?
+        .unwrap_or(root);
     // The project root becomes the workspace mapped read-write into the sandbox: refuse `/`,
     // the home directory and credential roots here rather than leave a project `plan` rejects.
     if let Some(reason) = airlock_config::mounts::sensitive_reason(&root, &roots) {

@@ -1,13 +1,58 @@
 //! Finding the active project (PRODUCT C4) for the verbs, through `airlock_config::project`.
 
-use airlock_config::project::{self, Project, ProjectError};
+use std::path::Path;
 
-use crate::context::Context;
+use airlock_config::project::{self, Project, ProjectError};
+use airlock_config::Roots;
+use airlock_core::KnownRoots;
+
+use crate::context::{ensure_root, Context};
 use crate::error::{CommandError, ErrorKind};
 
-/// The active project, if any.
+/// The active project, if any. Refuses when the project found is an ancestor of a project
+/// root airlock has used that contains the working directory (C7): its markers were deleted,
+/// and mapping the ancestor would widen the workspace.
 pub fn discover_project(ctx: &Context) -> Result<Option<Project>, CommandError> {
-    Ok(project::discover(&ctx.cwd)?)
+    let Some(found) = project::discover(&ctx.cwd)? else {
+        return Ok(None);
+    };
+    let roots = ctx.roots()?;
+    let dir = ctx.cwd.canonicalize().unwrap_or_else(|_| ctx.cwd.clone());
+    match KnownRoots::open(&roots.state)?.widened_from(&found.root, &dir)? {
+        None => Ok(Some(found)),
+        Some(remembered) => Err(widened(&dir, &remembered, &found.root, &roots.state)),
+    }
+}
+
+/// Remembers the project root a sandbox is built for (after validation, before the sandbox).
+pub fn remember_project(roots: &Roots, project: &Project) -> Result<(), CommandError> {
+    ensure_root(roots, &roots.state)?;
+    KnownRoots::open(&roots.state)?.remember(&project.root)?;
+    Ok(())
+}
+
+fn widened(dir: &Path, remembered: &Path, found: &Path, state: &Path) -> CommandError {
+    CommandError::new(
+        ErrorKind::Config,
+        "project.widened",
+        format!(
+            "{} is inside {}, a project airlock has used, which no longer has a .airlock/ or \
+             .git marker; the project found instead is {}, which contains it, so it is not \
+             mapped into a sandbox",
+            dir.display(),
+            remembered.display(),
+            found.display()
+        ),
+    )
+    .with_hint(format!(
+        "run `airlock init` in {} to keep it the project; to use {} instead, run airlock from \
+         there or forget the old root by removing it from {}",
+        remembered.display(),
+        found.display(),
+        state
+            .join(airlock_core::known_roots::KNOWN_ROOTS_RECORD)
+            .display()
+    ))
 }
 
 /// The active project; an error pointing at `airlock init` when there is none.

@@ -61,7 +61,7 @@ pub fn run(args: RunArgs, ctx: &Context) -> Result<Report, CommandError> {
     let roots = ctx.roots()?;
     let project = active_project(ctx)?;
     let mut notes = Vec::new();
-    let effective = load_effective(&roots, Some(project), args.memory_mb, &mut notes)?;
+    let effective = load_effective(&roots, Some(project.clone()), args.memory_mb, &mut notes)?;
     for n in &notes {
         eprintln!("{n}");
     }
@@ -71,6 +71,7 @@ pub fn run(args: RunArgs, ctx: &Context) -> Result<Report, CommandError> {
     let request = args.cmd.request(&args.command, env, &cwd)?;
 
     phases.done("validate");
+    super::project::remember_project(&roots, &project)?;
 
     // 3.–6.
     ensure_root(&roots, &roots.runtime)?;

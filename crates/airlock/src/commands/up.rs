@@ -72,6 +72,7 @@ pub fn run(args: UpArgs, ctx: &Context) -> Result<Report, CommandError> {
     let mut spec = super::run::build_spec(&effective, false)?;
     super::egress::attach(&mut spec, &effective.network, &roots.data)?;
     let plan = plan_summary(&spec);
+    super::project::remember_project(&roots, &project)?;
 
     let cancel = CtrlC::install();
     let setup = setup(ctx, true)?;

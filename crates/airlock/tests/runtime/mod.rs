@@ -13,3 +13,4 @@ pub(crate) mod harness;
 mod attacks;
 mod isolation;
 mod lifecycle;
+mod markers;

@@ -57,7 +57,9 @@ fn files(doc: &mut Doc, e: &Effective) {
             let trust = match (file.present, e.files.project_trusted) {
                 (false, _) => file_state(file),
                 (true, true) => "  (trusted)",
-                (true, false) => "  (untrusted: may only tighten the network policy and lower limits)",
+                (true, false) => {
+                    "  (untrusted: may only tighten the network policy and lower limits)"
+                }
             };
             let style = if file.present && !e.files.project_trusted {
                 Style::Warn

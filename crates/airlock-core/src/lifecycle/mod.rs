@@ -22,8 +22,8 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 pub use ops::{
-    clean, down, status, up, CleanOutcome, DownOutcome, Observer, StatusReport, UpOutcome,
-    UpRequest,
+    clean, down, list, status, up, CleanOutcome, DownOutcome, Listed, Observer, StatusReport,
+    UpOutcome, UpRequest,
 };
 pub use plan_diff::{diff_plans, PlanDifference};
 

@@ -15,6 +15,7 @@ use crate::records::{
     now_ms, Epoch, OperationKind, OperationRecord, OperationResult, Phase, PlanSummary,
     SandboxPaths, SandboxRecord,
 };
+use crate::state::StateError;
 
 /// Told when each phase starts (progress output; test crash points).
 pub trait Observer {
@@ -218,6 +219,14 @@ fn cleanup_others<B: Backend>(
             Ok(Some((health, freed))) => out.cleaned.push((name, health, freed)),
             Ok(None) => {}
             Err(LifecycleError::Blocked { detail, .. }) => out.skipped.push((name, detail)),
+            // One corrupt record must not stop the cleanup (or the `down`) of the others.
+            Err(LifecycleError::State(StateError::Corrupt { path, .. })) => out.skipped.push((
+                name,
+                format!(
+                    "its record {} is corrupt; inspect or remove it",
+                    path.display()
+                ),
+            )),
             Err(e) => return Err(e),
         }
     }
@@ -482,8 +491,10 @@ pub fn clean<B: Backend>(stores: &Stores, backend: &B) -> Result<CleanOutcome, L
     let mut out = cleanup_others(stores, backend, None, STOP_GRACE)?;
     let mut records = Vec::new();
     for name in stores.names()? {
-        if let Some(rec) = stores.record(&name)? {
-            records.push(rec.data);
+        match stores.record(&name) {
+            Ok(Some(rec)) => records.push(rec.data),
+            Ok(None) | Err(StateError::Corrupt { .. }) => {}
+            Err(e) => return Err(e.into()),
         }
     }
     let known: Vec<&SandboxRecord> = records.iter().collect();
@@ -544,4 +555,41 @@ pub fn status<B: Backend>(
         warnings,
         next: next.to_owned(),
     })
+}
+
+/// One sandbox of [`list`]: its status, or a record that cannot be read as one.
+#[derive(Debug)]
+pub enum Listed {
+    /// A sandbox whose records parse.
+    Sandbox(Box<StatusReport>),
+    /// A sandbox whose record or operation file is not a valid record (R4: `ls` names it
+    /// `corrupt` and goes on with the rest).
+    Corrupt {
+        /// The sandbox.
+        name: SandboxName,
+        /// The file that does not parse.
+        path: PathBuf,
+        /// Why.
+        detail: String,
+    },
+}
+
+/// The status of every sandbox, in name order. A corrupt record is one [`Listed::Corrupt`]
+/// entry, never the failure of the whole list; any other error fails it.
+pub fn list<B: Backend>(stores: &Stores, backend: &B) -> Result<Vec<Listed>, LifecycleError> {
+    let mut out = Vec::new();
+    for name in stores.names()? {
+        match status(stores, backend, &name) {
+            Ok(report) => out.push(Listed::Sandbox(Box::new(report))),
+            Err(LifecycleError::State(StateError::Corrupt { path, source })) => {
+                out.push(Listed::Corrupt {
+                    name,
+                    path,
+                    detail: source.to_string(),
+                })
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(out)
 }

@@ -442,3 +442,46 @@ fn health_follows_the_proofs_not_the_record() {
         Health::Stale
     );
 }
+
+#[test]
+fn one_corrupt_record_is_listed_as_corrupt_and_the_rest_still_listed() {
+    let w = world();
+    let fake = Fake::new();
+    up_with(&w, &fake, plan()).unwrap();
+    let broken = SandboxName::parse("broken-1").unwrap();
+    let path = w.stores.sandboxes.path_of(broken.as_str()).unwrap();
+    std::fs::write(&path, b"{ not json").unwrap();
+    let listed = list(&w.stores, &fake).unwrap();
+    assert_eq!(listed.len(), 2, "{listed:?}");
+    match &listed[0] {
+        Listed::Corrupt { name, path: p, .. } => {
+            assert_eq!(name, &broken);
+            assert_eq!(p, &path);
+        }
+        other => panic!("expected the corrupt entry first, got {other:?}"),
+    }
+    match &listed[1] {
+        Listed::Sandbox(r) => assert_eq!(r.health, Health::Ready),
+        other => panic!("expected the healthy sandbox, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_corrupt_record_never_blocks_down_or_clean_of_the_others() {
+    let w = world();
+    let fake = Fake::new();
+    up_with(&w, &fake, plan()).unwrap();
+    let broken = SandboxName::parse("broken-1").unwrap();
+    let path = w.stores.sandboxes.path_of(broken.as_str()).unwrap();
+    std::fs::write(&path, b"{ not json").unwrap();
+    let out = clean(&w.stores, &fake).unwrap();
+    let skipped: Vec<&SandboxName> = out.skipped.iter().map(|(n, _)| n).collect();
+    assert_eq!(skipped, [&broken]);
+    assert!(out.skipped[0].1.contains("corrupt"), "{:?}", out.skipped);
+    down(&w.stores, &fake, &w.name, Duration::from_secs(1)).unwrap();
+    assert!(w.stores.record(&w.name).unwrap().is_none());
+    assert!(
+        path.exists(),
+        "the corrupt record is left for the user to inspect"
+    );
+}

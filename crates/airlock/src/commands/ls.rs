@@ -1,7 +1,11 @@
 //! `airlock ls [--json]`: every sandbox this user owns, one line each: name, health (proven,
-//! as in `status`), project, age, disk use (R4). Read-only.
+//! as in `status`), project, age, disk use (R4). A sandbox whose record does not parse is
+//! listed as `corrupt` with its file, and the rest still listed. Read-only.
 
-use airlock_core::lifecycle;
+use std::path::Path;
+
+use airlock_core::lifecycle::{self, Listed};
+use airlock_core::names::SandboxName;
 use airlock_core::records::now_ms;
 use clap::Args;
 
@@ -18,12 +22,25 @@ pub fn run(_args: LsArgs, ctx: &Context) -> Result<Report, CommandError> {
     let setup = setup(ctx, false)?;
     let mut doc = Doc::new();
     let mut items = Vec::new();
-    let names = setup.stores.names()?;
-    if names.is_empty() {
+    let listed = lifecycle::list(&setup.stores, &setup.backend).map_err(lifecycle_error)?;
+    if listed.is_empty() {
         doc.text(0, &[(Style::Dim, "no sandboxes")]);
     }
-    for name in names {
-        let r = lifecycle::status(&setup.stores, &setup.backend, &name).map_err(lifecycle_error)?;
+    for entry in listed {
+        let r = match entry {
+            Listed::Sandbox(r) => r,
+            Listed::Corrupt { name, path, detail } => {
+                corrupt(&mut doc, &name, &path);
+                items.push(serde_json::json!({
+                    "name": name,
+                    "health": "corrupt",
+                    "file": path,
+                    "detail": detail,
+                }));
+                continue;
+            }
+        };
+        let name = &r.name;
         let (project, age) = r
             .record
             .as_ref()
@@ -48,6 +65,23 @@ pub fn run(_args: LsArgs, ctx: &Context) -> Result<Report, CommandError> {
         items.push(super::status::to_json(&r));
     }
     Ok(Report::new(doc, serde_json::json!({ "sandboxes": items })))
+}
+
+/// A sandbox whose record does not parse: named with its file, so the rest still lists.
+fn corrupt(doc: &mut Doc, name: &SandboxName, path: &Path) {
+    doc.text(
+        0,
+        &[
+            (Style::Plain, name.as_str()),
+            (Style::Plain, "  "),
+            (Style::Warn, "corrupt"),
+            (Style::Plain, &format!("  {}", path_text(path))),
+            (
+                Style::Dim,
+                "  (not a valid record: inspect or remove that file)",
+            ),
+        ],
+    );
 }
 
 fn age_text(secs: u64) -> String {

@@ -265,3 +265,48 @@ fn clean_removes_the_state_of_a_killed_run_and_never_a_live_runs() {
     let human = p.run(&["clean"]);
     assert!(human.stdout.contains("unmanaged"), "{}", human.stdout);
 }
+
+#[test]
+fn ls_reports_a_corrupt_record_as_corrupt_and_lists_the_rest() {
+    let p = Project::new();
+    let up = p.up();
+    let store = p.env.state_home().join("airlock/lifecycle/sandboxes");
+    let broken = store.join("broken-1");
+    std::fs::write(&broken, b"{ not a record").unwrap();
+    // Removed before `p` runs `down` on drop, so even a failing assertion leaks no sandbox.
+    let _cleanup = RemoveOnDrop(broken.clone());
+    let run = p.run(&["ls", "--json"]);
+    run.assert_code(0);
+    let doc = run.json();
+    let items = doc["sandboxes"].as_array().unwrap();
+    assert_eq!(items.len(), 2, "{doc}");
+    let corrupt = items
+        .iter()
+        .find(|i| i["name"] == "broken-1")
+        .expect("listed");
+    assert_eq!(corrupt["health"], "corrupt", "{doc}");
+    assert_eq!(corrupt["file"], broken.to_string_lossy().as_ref());
+    let ours = items
+        .iter()
+        .find(|i| i["name"] == up["name"])
+        .expect("listed");
+    assert_eq!(ours["health"], "ready", "{doc}");
+    let human = p.run(&["ls"]);
+    human.assert_code(0);
+    assert!(
+        human
+            .stdout
+            .lines()
+            .any(|l| l.contains("broken-1") && l.contains("corrupt") && l.contains("broken-1")),
+        "{}",
+        human.stdout
+    );
+}
+
+struct RemoveOnDrop(std::path::PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}

@@ -178,18 +178,20 @@ pub(crate) fn validate(
     diags: &mut Vec<Diagnostic>,
 ) -> Vec<Mount> {
     let raw = &file.raw.mount;
-    if raw.len() > MAX_MOUNTS {
+    if file.mount_entries > MAX_MOUNTS {
         diags.push(file.diag(
             &format!("mount[{MAX_MOUNTS}]"),
             format!(
                 "at most {MAX_MOUNTS} mounts are allowed, found {}",
-                raw.len()
+                file.mount_entries
             ),
         ));
     }
     let mut names = HashSet::new();
     let mut accepted: Vec<Mount> = Vec::new();
-    for (i, m) in raw.iter().enumerate() {
+    // `i` is the entry's place in the file, so an earlier entry that failed to parse (and is
+    // not in `raw`) does not shift the index and line of the ones after it.
+    for (&i, m) in file.mount_index.iter().zip(raw) {
         if !valid_mount_name(&m.name) {
             diags.push(file.diag(
                 &format!("mount[{i}].name"),

@@ -35,6 +35,11 @@ pub(crate) enum FileRole {
 pub(crate) struct ParsedFile {
     pub(crate) file: PathBuf,
     pub(crate) raw: RawConfig,
+    /// For each entry of `raw.mount`, its index among the file's `[[mount]]` entries (an
+    /// entry that failed to parse is not in `raw.mount`, but keeps its place in the file).
+    pub(crate) mount_index: Vec<usize>,
+    /// How many `[[mount]]` entries the file has, parsed or not.
+    pub(crate) mount_entries: usize,
     positions: BTreeMap<String, (u32, u32)>,
 }
 
@@ -91,6 +96,8 @@ pub(crate) fn parse_file(
         role,
         index: LineIndex::new(text),
         positions: BTreeMap::new(),
+        mount_index: Vec::new(),
+        mount_entries: 0,
         diags,
     };
     let raw = match ImDocument::parse(text) {
@@ -105,6 +112,8 @@ pub(crate) fn parse_file(
     ParsedFile {
         file: file.to_owned(),
         raw,
+        mount_index: walker.mount_index,
+        mount_entries: walker.mount_entries,
         positions: walker.positions,
     }
 }
@@ -114,6 +123,8 @@ struct Walker<'a> {
     role: FileRole,
     index: LineIndex,
     positions: BTreeMap<String, (u32, u32)>,
+    mount_index: Vec<usize>,
+    mount_entries: usize,
     diags: &'a mut Vec<Diagnostic>,
 }
 
@@ -345,7 +356,9 @@ impl Walker<'_> {
 
     fn mounts(&mut self, item: &Item) -> Vec<crate::raw::RawMount> {
         let mut out = Vec::new();
-        for (path, t) in self.tables(item, "mount") {
+        let entries = self.tables(item, "mount");
+        self.mount_entries = entries.len();
+        for (index, (path, t)) in entries.into_iter().enumerate() {
             self.keys(t, &path, MOUNT_KEYS);
             let name = self.required::<String>(t, &path, "name");
             let host = self.required::<String>(t, &path, "path");
@@ -356,6 +369,7 @@ impl Walker<'_> {
                     path,
                     read_only,
                 });
+                self.mount_index.push(index);
             }
         }
         out

@@ -284,3 +284,24 @@ fn workspace_at_home_or_root_is_refused() {
     let diags = w.errors(Some(&root_project));
     assert!(find(&diags, "workspace").message.contains("whole host"));
 }
+
+#[test]
+fn mounts_after_one_that_fails_to_parse_keep_their_own_index_and_line() {
+    let w = World::new();
+    let text = "[[mount]]\n\
+                name = \"first\"\n\
+                path = \"/srv\"\n\
+                \n\
+                [[mount]]\n\
+                name = \"BAD\"\n\
+                path = \"/\"\n\
+                read_only = true\n";
+    let diags = w.user_errors(text);
+    let missing = find(&diags, "mount[0].read_only");
+    assert_eq!(missing.line, 1, "{missing}");
+    let name = find(&diags, "mount[1].name");
+    assert_eq!(name.line, 6, "{name}");
+    let path = find(&diags, "mount[1].path");
+    assert_eq!(path.line, 7, "{path}");
+    assert_eq!(diags.len(), 3, "{diags:?}");
+}

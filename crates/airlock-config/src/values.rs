@@ -66,7 +66,8 @@ pub fn image_name(name: &str) -> bool {
         })
 }
 
-/// `image`: `host`, an absolute directory path (only when `paths_allowed`), or an image name.
+/// `image`: `host` or an absolute directory path (only when `paths_allowed`). Image names are
+/// refused until images can be imported.
 pub fn image(v: &str, paths_allowed: bool) -> Result<Image, String> {
     if v == "host" {
         return Ok(Image::Host);
@@ -87,14 +88,18 @@ pub fn image(v: &str, paths_allowed: bool) -> Result<Image, String> {
             Err(e) => Err(format!("cannot use {v} as a root filesystem: {e}")),
         };
     }
-    if image_name(v) {
-        Ok(Image::Named(v.to_owned()))
+    // Image names are reserved ([a-z0-9][a-z0-9._-]{0,63}) but no image can be imported yet,
+    // so a name is refused here, in `plan`, rather than by `up` after the checks passed.
+    let kind = if image_name(v) {
+        "no image by that name exists (airlock cannot import images yet)"
     } else {
-        Err(format!(
-            "{v:?} is neither \"host\", an absolute directory path, nor an image name \
-             ([a-z0-9][a-z0-9._-]{{0,63}})"
-        ))
-    }
+        "it is not a valid value"
+    };
+    Err(format!(
+        "{v:?} cannot be used: {kind}; use \"host\" (the host's system directories, \
+         read-only) or, in the user config, the absolute path of a directory holding a root \
+         filesystem"
+    ))
 }
 
 /// A package name: letters, digits and `+._:=~-`, at most 128 characters, not starting with
@@ -229,10 +234,8 @@ mod tests {
     #[test]
     fn image_values_are_host_paths_or_names() {
         assert_eq!(image("host", false), Ok(Image::Host));
-        assert_eq!(
-            image("ubuntu-24.04", false),
-            Ok(Image::Named("ubuntu-24.04".into()))
-        );
+        let err = image("ubuntu-24.04", false).unwrap_err();
+        assert!(err.contains("cannot import images yet"), "{err}");
         assert!(image("Ubuntu", false).is_err());
         assert!(image("./rootfs", true).is_err());
         let dir = tempfile::tempdir().unwrap();

@@ -248,3 +248,19 @@ fn plan_without_secrets_says_so_and_creates_no_secret_store() {
     assert_eq!(v["secrets"], serde_json::json!([]), "{v}");
     assert!(!env.data_home().join("airlock/secrets").exists());
 }
+
+#[test]
+fn an_image_that_does_not_exist_is_a_config_error_naming_what_works_today() {
+    let env = TestEnv::new();
+    let project = env.git_project("src/demo");
+    env.write_project_config(&project, "image = \"unknown\"\n");
+    let run = env.run_in(&project, &["plan"]);
+    run.assert_code(2);
+    assert!(
+        run.stderr.contains("image") && run.stderr.contains("\"unknown\""),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stderr.contains("\"host\""), "{}", run.stderr);
+    assert!(!run.stderr.contains("image import"), "{}", run.stderr);
+}

@@ -32,8 +32,10 @@ pub fn project_template(agent: Option<&str>, image: Option<&str>) -> String {
          # EVERY `airlock up`, fresh or retained, after the user's provision script. It must be\n\
          # idempotent: running it twice must leave the same result as running it once.\n\
          \n\
-         [network]\n\
-         # A project config may only tighten the policy until you run `airlock trust`.\n\
+         # Tables such as [network] come last: every key after a [table] line belongs to that\n\
+         # table, so keep top-level keys above them. Until you run `airlock trust`, a project\n\
+         # config may only tighten the network policy and lower limits.\n\
+         # [network]\n\
          # preset = \"dev\"           # none | dev | open\n\
          # allow = [\"api.example.com\", \"*.example.org:8443\"]\n\
          # deny = [\"telemetry.example.com\"]\n"

@@ -163,3 +163,14 @@ fn project_template_quotes_values_safely() {
     assert_eq!(diags.len(), 1, "only the unknown agent name: {diags:?}");
     assert_eq!(diags[0].key, "agent");
 }
+
+#[test]
+fn a_top_level_key_appended_to_any_project_template_is_read_as_top_level() {
+    for agent in [None, Some("claude")] {
+        let w = World::new();
+        let text = format!("{}memory_mb = 512\n", project_template(agent, None));
+        let project = w.project("p", Some(&text));
+        let e = w.ok(Some(&project));
+        assert_eq!(e.memory_mb.value, 512);
+    }
+}

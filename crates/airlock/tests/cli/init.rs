@@ -134,3 +134,19 @@ fn nothing_points_to_the_image_import_command_that_does_not_exist_yet() {
         assert!(!text.contains("image import"), "{what}: {text}");
     }
 }
+
+#[test]
+fn a_top_level_key_appended_to_the_init_template_stays_top_level() {
+    let env = TestEnv::new();
+    let project = env.git_project("src/demo");
+    env.run_in(&project, &["init"]).assert_code(0);
+    let config = project.join(".airlock/config.toml");
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str("memory_mb = 512\n");
+    std::fs::write(&config, text).unwrap();
+    let plan = env.run_in(&project, &["plan", "--json"]);
+    plan.assert_code(0);
+    let v = plan.json();
+    assert_eq!(v["memory_mb"]["value"], 512, "{v}");
+    assert_eq!(v["memory_mb"]["origin"], "project", "{v}");
+}

@@ -24,7 +24,8 @@ pub struct RawConfig {
     /// version cannot import yet.
     pub image: Option<String>,
     /// The agent from the built-in catalogue that the default session runs: claude, codex,
-    /// opencode, gemini, copilot or aider. Its API hosts are added to the network policy.
+    /// opencode, gemini, copilot or aider. Its API hosts are added to the network policy (when
+    /// an untrusted project config selects it, only those the user config already allows).
     pub agent: Option<String>,
     /// Memory limit of the sandbox in MiB (default 8192, minimum 256).
     #[schemars(range(min = 256))]

@@ -170,6 +170,20 @@ pub fn discover(cwd: &Path) -> Result<Option<Project>, ProjectError> {
     Ok(nearest(&cwd, has_git)?.map(|root| Project::at(root, ProjectKind::Git)))
 }
 
+/// The project rooted exactly at `root`, a root a sandbox was already built for (e.g. the
+/// egress proxy reloading the policy of a running sandbox). Never an ancestor: if the sandbox
+/// deleted `.airlock/` and `.git`, the result is still `root`, now without a project config
+/// (C7), instead of whatever project encloses it.
+pub fn at_root(root: &Path) -> Result<Project, ProjectError> {
+    let root = canonical(root)?;
+    let kind = if has_airlock_dir(&root)? {
+        ProjectKind::Airlock
+    } else {
+        ProjectKind::Git
+    };
+    Ok(Project::at(root, kind))
+}
+
 /// Where `airlock init` run in `cwd` creates `.airlock/`: the enclosing git work tree root,
 /// else `cwd` itself. Refuses when `cwd` or any ancestor already holds `.airlock/`.
 pub fn init_root(cwd: &Path) -> Result<PathBuf, ProjectError> {
@@ -281,6 +295,18 @@ mod tests {
             root.join("repo")
         );
         assert_eq!(init_root(&root.join("plain")).unwrap(), root.join("plain"));
+    }
+
+    #[test]
+    fn a_known_root_without_markers_stays_the_project_and_never_becomes_its_parent() {
+        let (_t, root) = tree();
+        fs::create_dir_all(root.join("parent/.airlock")).unwrap();
+        fs::create_dir_all(root.join("parent/proj")).unwrap();
+        let proj = root.join("parent/proj");
+        assert_eq!(discover(&proj).unwrap().unwrap().root, root.join("parent"));
+        let p = at_root(&proj).unwrap();
+        assert_eq!(p.root, proj);
+        assert_eq!(p.config_path, proj.join(".airlock/config.toml"));
     }
 
     #[test]

@@ -146,7 +146,8 @@ impl Loaded {
         };
         let roots = Roots::from_env(lookup).map_err(|e| e.to_string())?;
         let project = match &start.project_root {
-            Some(root) => airlock_config::project::discover(root).map_err(|e| e.to_string())?,
+            // Exactly the sandbox's root, never an enclosing project (C7).
+            Some(root) => Some(airlock_config::project::at_root(root).map_err(|e| e.to_string())?),
             None => None,
         };
         let mut notes = Vec::new();

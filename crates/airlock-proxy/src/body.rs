@@ -16,7 +16,7 @@ use bytes::Bytes;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 
 use crate::audit::{AuditEntry, AuditLog};
-use crate::server::Runtime;
+use crate::shared::Runtime;
 use crate::substitute::{unsubstituted_warning, BodyScanner};
 
 /// What the request side learned, shared with the audit guard.

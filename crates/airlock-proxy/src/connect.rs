@@ -32,11 +32,9 @@ use tokio::net::{TcpStream, UnixStream};
 
 use crate::audit::{Mode, Verdict};
 use crate::denial::{Denial, DenyReason, TLS_ACCESS_DENIED};
-use crate::forward::{
-    checked_target, connect_tcp, fail, forward_intercepted, malformed, text_response, ProxyBody,
-    RequestStart, UpstreamSlot,
-};
-use crate::server::Shared;
+use crate::forward::{checked_target, connect_tcp, forward_intercepted, UpstreamSlot};
+use crate::respond::{fail, malformed, text_response, ProxyBody, RequestStart};
+use crate::shared::Shared;
 use crate::sni::{parse_client_hello, HelloError};
 use crate::splice::{splice_bidirectional, SpliceSocket};
 use crate::target::CheckedTarget;
@@ -65,7 +63,7 @@ pub(crate) async fn handle_connect<S: ClientStream>(
         return malformed(&shared, &start, "CONNECT needs host:port".to_owned());
     };
     let runtime = shared.runtime();
-    let target = match checked_target(&shared, &start, &host, port).await {
+    let target = match checked_target(&shared, &runtime, &start, (&host, port)).await {
         Ok(t) => t,
         Err(resp) => return resp,
     };
@@ -276,7 +274,7 @@ impl Tunnel {
                 )
             }
         });
-        if let Err(e) = crate::server::client_http1()
+        if let Err(e) = crate::shared::client_http1()
             .serve_connection(TokioIo::new(tls), service)
             .await
         {

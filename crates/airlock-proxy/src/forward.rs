@@ -16,9 +16,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
-use http_body_util::combinators::BoxBody;
-use http_body_util::{BodyExt, Full};
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::client::conn::http1::SendRequest;
 use hyper::header::{HeaderMap, HeaderName, HeaderValue, CONNECTION, HOST};
@@ -27,18 +25,14 @@ use hyper_util::rt::TokioIo;
 use rustls::pki_types::ServerName;
 use tokio::net::TcpStream;
 
-use crate::audit::{AuditEntry, Mode, Verdict};
+use crate::audit::{Mode, Verdict};
 use crate::body::{AuditGuard, CountBody, RequestNotes, ScanBody};
 use crate::clock::rfc3339_now;
 use crate::denial::{Denial, DenyReason};
-use crate::server::Shared;
+use crate::respond::{deny, fail, malformed, BoxError, ProxyBody, RequestStart};
+use crate::shared::{Runtime, Shared};
 use crate::substitute::{substitute_headers, Channel};
 use crate::target::{check_target, rule_text, CheckedTarget, TargetError};
-
-/// Errors of any body the proxy returns.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
-/// The body type of every proxy response.
-pub type ProxyBody = BoxBody<Bytes, BoxError>;
 
 /// How long connecting to an upstream may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -49,90 +43,6 @@ type Upstream = (SocketAddr, String, SendRequest<ScanBody>);
 /// One reusable upstream connection per client connection, keyed by address and host.
 #[derive(Clone, Default)]
 pub struct UpstreamSlot(Arc<tokio::sync::Mutex<Option<Upstream>>>);
-
-/// What the audit line of a request starts from.
-pub(crate) struct RequestStart {
-    pub time: String,
-    pub method: String,
-    pub mode: Mode,
-}
-
-impl RequestStart {
-    pub fn entry(
-        &self,
-        host: &str,
-        port: u16,
-        decision: Verdict,
-        rule: String,
-        status: u16,
-    ) -> AuditEntry {
-        AuditEntry {
-            time: self.time.clone(),
-            method: self.method.clone(),
-            host: host.to_owned(),
-            port,
-            decision,
-            rule,
-            status,
-            bytes_up: 0,
-            bytes_down: 0,
-            mode: self.mode,
-            secrets: Vec::new(),
-            warnings: Vec::new(),
-        }
-    }
-}
-
-/// A complete small response as a [`ProxyBody`] response.
-pub(crate) fn boxed(resp: Response<Full<Bytes>>) -> Response<ProxyBody> {
-    resp.map(|b| b.map_err(|never| match never {}).boxed())
-}
-
-/// A plain-text error answer.
-pub(crate) fn text_response(status: StatusCode, text: String) -> Response<ProxyBody> {
-    let mut resp = Response::new(Full::new(Bytes::from(text)));
-    *resp.status_mut() = status;
-    boxed(resp)
-}
-
-/// Audits and answers a denial (N9).
-pub(crate) fn deny(shared: &Shared, start: &RequestStart, denial: &Denial) -> Response<ProxyBody> {
-    let resp = denial.response();
-    let entry = start.entry(&denial.host, denial.port, Verdict::Deny, denial.rule(), 403);
-    shared.audit.append(&entry);
-    boxed(resp)
-}
-
-/// Audits and answers a failure that is not a denial (bad request, unreachable upstream).
-pub(crate) fn fail(
-    shared: &Shared,
-    start: &RequestStart,
-    (host, port): (&str, u16),
-    rule: String,
-    status: StatusCode,
-    text: String,
-) -> Response<ProxyBody> {
-    let verdict = if status == StatusCode::BAD_REQUEST {
-        Verdict::Deny
-    } else {
-        Verdict::Allow
-    };
-    shared
-        .audit
-        .append(&start.entry(host, port, verdict, rule, status.as_u16()));
-    text_response(status, format!("airlock proxy: {text}\n"))
-}
-
-/// Answers a request that is not a well-formed proxy request: 400 with `text`, audited as a
-/// denial with no host (the request named none airlock could use).
-pub(crate) fn malformed(
-    shared: &Shared,
-    start: &RequestStart,
-    text: String,
-) -> Response<ProxyBody> {
-    let rule = "malformed proxy request".to_owned();
-    fail(shared, start, ("", 0), rule, StatusCode::BAD_REQUEST, text)
-}
 
 /// Splits a `Host` header value into host and port.
 fn parse_host_header(value: &HeaderValue, default_port: u16) -> Option<(String, u16)> {
@@ -159,15 +69,14 @@ fn host_mismatch(headers: &HeaderMap, host: &str, port: u16, default_port: u16) 
     }
 }
 
-/// [`check_target`] for `host:port`, or the audited answer refusing it (403, or 502 when the
-/// name does not resolve).
+/// [`check_target`] for `host:port` under the request's `runtime`, or the audited answer
+/// refusing it (403, or 502 when the name does not resolve).
 pub(crate) async fn checked_target(
     shared: &Shared,
+    runtime: &Runtime,
     start: &RequestStart,
-    host: &str,
-    port: u16,
+    (host, port): (&str, u16),
 ) -> Result<CheckedTarget, Response<ProxyBody>> {
-    let runtime = shared.runtime();
     match check_target(host, port, &runtime.policy, &shared.hosts).await {
         Ok(t) => Ok(t),
         Err(TargetError::Denied(denial)) => Err(deny(shared, start, &denial)),
@@ -220,11 +129,12 @@ pub(crate) async fn forward_http(
     if let Some(denial) = host_mismatch(req.headers(), &host, port, 80) {
         return deny(&shared, &start, &denial);
     }
-    let target = match checked_target(&shared, &start, &host, port).await {
+    let runtime = shared.runtime();
+    let target = match checked_target(&shared, &runtime, &start, (&host, port)).await {
         Ok(t) => t,
         Err(resp) => return resp,
     };
-    relay(req, &shared, &slot, &target, false, start).await
+    relay(req, &shared, runtime, &slot, (&target, false), start).await
 }
 
 /// Forwards one request received inside an intercepted TLS connection to `target`.
@@ -257,7 +167,8 @@ pub(crate) async fn forward_intercepted(
     if let Some(denial) = host_mismatch(req.headers(), host, port, 443) {
         return deny(&shared, &start, &denial);
     }
-    let decision = shared.runtime().policy.decide(host, port);
+    let runtime = shared.runtime();
+    let decision = runtime.policy.decide(host, port);
     if !decision.allowed {
         let denial = Denial {
             host: host.to_owned(),
@@ -272,19 +183,18 @@ pub(crate) async fn forward_intercepted(
         rule: rule_text(&decision),
         ..(*target).clone()
     };
-    relay(req, &shared, &slot, &target, true, start).await
+    relay(req, &shared, runtime, &slot, (&target, true), start).await
 }
 
-/// Steps 3–6 of the module docs.
+/// Steps 3–6 of the module docs, under the request's one `runtime` snapshot.
 async fn relay(
     req: Request<Incoming>,
     shared: &Arc<Shared>,
+    runtime: Arc<Runtime>,
     slot: &UpstreamSlot,
-    target: &CheckedTarget,
-    tls: bool,
+    (target, tls): (&CheckedTarget, bool),
     start: RequestStart,
 ) -> Response<ProxyBody> {
-    let runtime = shared.runtime();
     let (host, port) = (target.host.as_str(), target.port);
     let (mut parts, body) = req.into_parts();
     let path = parts

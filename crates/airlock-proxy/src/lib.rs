@@ -8,6 +8,9 @@
 //!
 //! Modules, in the order a request meets them:
 //! - [`server`]: accept loop, live configuration, shutdown;
+//! - `shared`: the state every connection shares (the live policy and secrets, taken as one
+//!   snapshot per request), and `respond`: the answers the proxy makes itself (denial, failure,
+//!   malformed request) with their audit lines;
 //! - [`target`] and [`addr`]: policy decision, name resolution, internal-address refusal (N2, N3);
 //! - [`denial`]: the identical N9 answer;
 //! - `connect` and [`sni`]: CONNECT, the SNI check (N4), tunnel or interception (N6);
@@ -15,6 +18,9 @@
 //! - [`ca`] and [`tls`]: the interception CA and upstream verification (N6);
 //! - [`splice`]: zero-copy tunnels;
 //! - [`audit`]: one JSON line per request (N7).
+//!
+//! Module edges go one way: `server` → `connect` → `forward` → `body`, each of them → `respond`
+//! → `shared`; nothing points back at `server`.
 //!
 //! Invariants: secret values exist only in [`airlock_secrets::Redacted`] and in the headers of
 //! requests to their bound hosts (N8); every refusal is explicit (N9); the proxy connects only
@@ -28,7 +34,11 @@ mod clock;
 mod connect;
 pub mod denial;
 mod forward;
+mod respond;
 pub mod server;
+mod shared;
+#[cfg(test)]
+mod snapshot_tests;
 pub mod sni;
 pub mod splice;
 pub mod substitute;

@@ -9,13 +9,13 @@
 //! HTTP/1 server; `CONNECT` requests are upgraded and handed to [`crate::connect`], everything
 //! else goes through [`crate::forward`].
 //!
-//! Policy and secrets live in one `Arc<Runtime>` behind a lock; every request clones the `Arc`
-//! once at its start, so [`ProxyHandle::update`] takes effect for the next request without a
-//! restart and never tears a request between two policies.
+//! Policy and secrets live in one `Arc<Runtime>` behind a lock (`crate::shared`); every request
+//! clones the `Arc` once at its start and uses only that snapshot, so [`ProxyHandle::update`]
+//! takes effect for the next request without a restart and never tears a request between two
+//! policies.
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
-use std::future::Future;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -24,7 +24,6 @@ use std::sync::{Arc, Mutex, RwLock};
 use airlock_config::policy::Policy;
 use airlock_secrets::SecretBindings;
 use hyper::body::Incoming;
-use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response};
 use hyper_util::rt::TokioIo;
@@ -34,7 +33,11 @@ use tokio::sync::watch;
 use crate::audit::{AuditError, AuditLog};
 use crate::ca::{CaError, CertificateAuthority};
 use crate::connect::ClientStream;
-use crate::forward::{self, ProxyBody, UpstreamSlot};
+use crate::forward::{self, UpstreamSlot};
+use crate::respond::ProxyBody;
+#[cfg(test)]
+use crate::shared::SnapshotHook;
+use crate::shared::{client_http1, Runtime, Shared};
 use crate::tls::{TlsSetupError, UpstreamTrust};
 
 /// Everything one sandbox's proxy needs.
@@ -108,59 +111,6 @@ pub enum ProxyListener {
     Tcp(TcpListener),
 }
 
-/// The policy and secrets in force; replaced as a whole by [`ProxyHandle::update`].
-#[derive(Debug)]
-pub(crate) struct Runtime {
-    pub policy: Policy,
-    pub bindings: SecretBindings,
-}
-
-/// State shared by every connection.
-pub(crate) struct Shared {
-    runtime: RwLock<Arc<Runtime>>,
-    pub hosts: BTreeMap<String, IpAddr>,
-    pub upstream_tls: UpstreamTrust,
-    pub audit: Arc<AuditLog>,
-    ca_dir: PathBuf,
-    ca: Mutex<Option<Arc<CertificateAuthority>>>,
-    pub shutdown: watch::Receiver<bool>,
-}
-
-impl Shared {
-    /// The policy and secrets for one request.
-    pub fn runtime(&self) -> Arc<Runtime> {
-        self.runtime
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-    }
-
-    /// The interception CA, created on first use.
-    pub fn ca(&self) -> Result<Arc<CertificateAuthority>, CaError> {
-        let mut slot = self.ca.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(ca) = &*slot {
-            return Ok(ca.clone());
-        }
-        let ca = Arc::new(CertificateAuthority::load_or_create(&self.ca_dir)?);
-        *slot = Some(ca.clone());
-        Ok(ca)
-    }
-
-    /// Spawns `fut`, cancelled when the proxy shuts down.
-    pub fn spawn<F>(&self, fut: F)
-    where
-        F: Future<Output = ()> + Send + 'static,
-    {
-        let mut stop = self.shutdown.clone();
-        tokio::spawn(async move {
-            tokio::select! {
-                () = fut => {}
-                _ = stop.wait_for(|s| *s) => {}
-            }
-        });
-    }
-}
-
 /// Entry point.
 #[derive(Debug)]
 pub struct Proxy;
@@ -200,6 +150,8 @@ impl Proxy {
             ca_dir: cfg.ca_dir,
             ca: Mutex::new(None),
             shutdown: stop_rx,
+            #[cfg(test)]
+            snapshot_hook: Mutex::new(None),
         });
         let task = tokio::spawn(accept_loop(listener, shared.clone()));
         Ok(ProxyHandle {
@@ -230,18 +182,23 @@ impl std::fmt::Debug for ProxyHandle {
 impl ProxyHandle {
     /// Replaces the policy and secrets; the next request uses them (no restart).
     pub fn update(&self, policy: Policy, bindings: SecretBindings) {
-        let mut rt = self
-            .shared
-            .runtime
-            .write()
-            .unwrap_or_else(|p| p.into_inner());
-        *rt = Arc::new(Runtime { policy, bindings });
+        self.shared.replace_runtime(policy, bindings);
     }
 
     /// The interception CA (created on first use), e.g. to install its certificate in the
     /// sandbox trust store.
     pub fn ca(&self) -> Result<Arc<CertificateAuthority>, ProxyError> {
         Ok(self.shared.ca()?)
+    }
+
+    /// Test hook: `hook` runs once, right after the next policy snapshot a request takes.
+    #[cfg(test)]
+    pub(crate) fn after_next_snapshot(&self, hook: SnapshotHook) {
+        *self
+            .shared
+            .snapshot_hook
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(hook);
     }
 
     /// Whether the upstream trust store has been built (i.e. some upstream TLS connection was
@@ -303,18 +260,6 @@ async fn accept(listener: &ProxyListener) -> io::Result<Accepted> {
         ProxyListener::Unix(l) => l.accept().await.map(|(s, _)| Accepted::Unix(s)),
         ProxyListener::Tcp(l) => l.accept().await.map(|(s, _)| Accepted::Tcp(s)),
     }
-}
-
-/// How long a client may take to send a request head; bounds idle and slow-loris clients.
-const HEADER_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
-
-/// The HTTP/1 server settings for sandbox clients (plain and intercepted).
-pub(crate) fn client_http1() -> http1::Builder {
-    let mut builder = http1::Builder::new();
-    builder
-        .timer(hyper_util::rt::TokioTimer::new())
-        .header_read_timeout(HEADER_READ_TIMEOUT);
-    builder
 }
 
 /// Serves one client connection (plain HTTP requests and CONNECT).

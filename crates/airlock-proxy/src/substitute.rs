@@ -250,6 +250,7 @@ mod tests {
             value: Redacted::new("s3cr3t".into()),
             hosts: vec![HostPattern::parse("api.example.com").unwrap()],
             header: header.map(|h| HeaderTemplate::parse(h).unwrap()),
+            headers: Vec::new(),
         }])
     }
 

@@ -27,6 +27,9 @@ pub struct Binding {
     pub hosts: Vec<HostPattern>,
     /// A header to set on every request to those hosts, if configured.
     pub header: Option<HeaderTemplate>,
+    /// Further headers (lowercase names) whose placeholders are replaced, besides
+    /// `Authorization`, `Proxy-Authorization` and the template's header.
+    pub headers: Vec<String>,
 }
 
 impl Binding {
@@ -121,6 +124,7 @@ mod tests {
                 .map(|h| HostPattern::parse(h).unwrap())
                 .collect(),
             header: None,
+            headers: Vec::new(),
         }
     }
 

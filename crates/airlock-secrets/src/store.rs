@@ -340,6 +340,7 @@ impl SecretStore {
             value,
             hosts,
             header,
+            headers: Vec::new(),
         })
     }
 }

@@ -1,0 +1,114 @@
+//! State shared by every connection of one proxy: the live policy and secrets, the upstream
+//! trust, the audit log, the interception CA and the shutdown signal; and the HTTP/1 server
+//! settings for sandbox clients.
+//!
+//! Policy and secrets live in one `Arc<Runtime>` behind a lock. A request takes exactly one
+//! snapshot ([`Shared::runtime`]) when it starts and passes that `Arc` to every step that
+//! decides or substitutes, so an update ([`Shared::replace_runtime`]) takes effect for the next
+//! request and never splits one request between two policies.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, RwLock};
+
+use airlock_config::policy::Policy;
+use airlock_secrets::SecretBindings;
+use hyper::server::conn::http1;
+use tokio::sync::watch;
+
+use crate::audit::AuditLog;
+use crate::ca::{CaError, CertificateAuthority};
+use crate::tls::UpstreamTrust;
+
+/// The policy and secrets in force; replaced as a whole by [`ProxyHandle::update`].
+#[derive(Debug)]
+pub(crate) struct Runtime {
+    pub policy: Policy,
+    pub bindings: SecretBindings,
+}
+
+/// State shared by every connection.
+pub(crate) struct Shared {
+    pub(crate) runtime: RwLock<Arc<Runtime>>,
+    pub hosts: BTreeMap<String, IpAddr>,
+    pub upstream_tls: UpstreamTrust,
+    pub audit: Arc<AuditLog>,
+    pub(crate) ca_dir: PathBuf,
+    pub(crate) ca: Mutex<Option<Arc<CertificateAuthority>>>,
+    pub shutdown: watch::Receiver<bool>,
+    /// Test hook: runs once, right after the first policy snapshot a request takes.
+    #[cfg(test)]
+    pub snapshot_hook: Mutex<Option<SnapshotHook>>,
+}
+
+/// A test hook run after a request's policy snapshot (see [`Shared::snapshot_hook`]).
+#[cfg(test)]
+pub(crate) type SnapshotHook = Box<dyn FnOnce(&Shared) + Send>;
+
+impl Shared {
+    /// The policy and secrets for one request: take it once, at the request's start.
+    pub fn runtime(&self) -> Arc<Runtime> {
+        let snapshot = self
+            .runtime
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        #[cfg(test)]
+        {
+            let hook = self
+                .snapshot_hook
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take();
+            if let Some(hook) = hook {
+                hook(self);
+            }
+        }
+        snapshot
+    }
+
+    /// Replaces the policy and secrets (the next snapshot sees them).
+    pub fn replace_runtime(&self, policy: Policy, bindings: SecretBindings) {
+        let mut rt = self.runtime.write().unwrap_or_else(|p| p.into_inner());
+        *rt = Arc::new(Runtime { policy, bindings });
+    }
+
+    /// The interception CA, created on first use.
+    pub fn ca(&self) -> Result<Arc<CertificateAuthority>, CaError> {
+        let mut slot = self.ca.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(ca) = &*slot {
+            return Ok(ca.clone());
+        }
+        let ca = Arc::new(CertificateAuthority::load_or_create(&self.ca_dir)?);
+        *slot = Some(ca.clone());
+        Ok(ca)
+    }
+
+    /// Spawns `fut`, cancelled when the proxy shuts down.
+    pub fn spawn<F>(&self, fut: F)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        let mut stop = self.shutdown.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                () = fut => {}
+                _ = stop.wait_for(|s| *s) => {}
+            }
+        });
+    }
+}
+
+/// How long a client may take to send a request head; bounds idle and slow-loris clients.
+const HEADER_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The HTTP/1 server settings for sandbox clients (plain and intercepted).
+pub(crate) fn client_http1() -> http1::Builder {
+    let mut builder = http1::Builder::new();
+    builder
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT);
+    builder
+}

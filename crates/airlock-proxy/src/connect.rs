@@ -1,7 +1,8 @@
 //! CONNECT: tunnelling byte for byte, or intercepting TLS for hosts with bound secrets.
 //!
 //! Order of operations in [`handle_connect`]:
-//! 1. parse `host:port`; run the full policy and address check ([`check_target`]); a denial is
+//! 1. parse `host:port`; refuse more than one `Host` or one naming another target (400, N4);
+//!    run the full policy and address check ([`check_target`]); a denial is
 //!    the N9 403 answer to the CONNECT itself;
 //! 2. connect to the checked address (failure: 502), then answer 200 and take over the
 //!    connection (hyper upgrade, recovering the raw stream and any bytes already read);
@@ -32,8 +33,8 @@ use tokio::net::{TcpStream, UnixStream};
 
 use crate::audit::{Mode, Verdict};
 use crate::denial::{Denial, DenyReason, TLS_ACCESS_DENIED};
-use crate::forward::{checked_target, connect_tcp, forward_intercepted, UpstreamSlot};
-use crate::respond::{fail, malformed, text_response, ProxyBody, RequestStart};
+use crate::forward::{checked_target, connect_tcp, forward_intercepted, host_check, UpstreamSlot};
+use crate::respond::{bad_host, fail, malformed, text_response, ProxyBody, RequestStart};
 use crate::shared::Shared;
 use crate::sni::{parse_client_hello, HelloError};
 use crate::splice::{splice_bidirectional, SpliceSocket};
@@ -62,6 +63,10 @@ pub(crate) async fn handle_connect<S: ClientStream>(
     else {
         return malformed(&shared, &start, "CONNECT needs host:port".to_owned());
     };
+    let host = airlock_config::policy::normalize_host(&host);
+    if let Some(denial) = host_check(req.headers(), &host, port, port) {
+        return bad_host(&shared, &start, &denial);
+    }
     let runtime = shared.runtime();
     let target = match checked_target(&shared, &runtime, &start, (&host, port)).await {
         Ok(t) => t,

@@ -6,6 +6,10 @@
 //! that would allow it, so an agent stops instead of retrying around the block. The answer
 //! depends only on the request, never on time or on earlier requests.
 //!
+//! A request that names its destination ambiguously (more than one `Host`, or a `Host` that
+//! disagrees with the target, N4) is a bad request: it is answered 400 with the same rule text
+//! (see `crate::respond::bad_host`) and audited as a denial.
+//!
 //! A denial decided after a CONNECT was already answered (the SNI check, N4) cannot be an HTTP
 //! response any more; it ends the TLS handshake with a fatal `access_denied` alert
 //! (RFC 8446 §6.2) and is audited like every other denial.
@@ -52,6 +56,11 @@ pub enum DenyReason {
         /// The `Host` header sent.
         header: String,
     },
+    /// The request carries more than one `Host` header (N4).
+    DuplicateHost {
+        /// How many it carries.
+        count: usize,
+    },
 }
 
 /// One refusal (see the module docs).
@@ -86,6 +95,9 @@ impl Denial {
                 "Host header {} differs from the request target (N4)",
                 sanitize(header)
             ),
+            DenyReason::DuplicateHost { count } => {
+                format!("more than one Host header ({count}) (N4)")
+            }
         }
     }
 

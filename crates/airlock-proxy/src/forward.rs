@@ -29,7 +29,7 @@ use crate::audit::{Mode, Verdict};
 use crate::body::{AuditGuard, CountBody, RequestNotes, ScanBody};
 use crate::clock::rfc3339_now;
 use crate::denial::{Denial, DenyReason};
-use crate::respond::{deny, fail, malformed, BoxError, ProxyBody, RequestStart};
+use crate::respond::{bad_host, deny, fail, malformed, BoxError, ProxyBody, RequestStart};
 use crate::shared::{Runtime, Shared};
 use crate::substitute::{substitute_headers, Channel};
 use crate::target::{check_target, rule_text, CheckedTarget, TargetError};
@@ -54,17 +54,31 @@ fn parse_host_header(value: &HeaderValue, default_port: u16) -> Option<(String, 
     ))
 }
 
-/// N4 for plain HTTP: a `Host` header, when present, names the request target.
-fn host_mismatch(headers: &HeaderMap, host: &str, port: u16, default_port: u16) -> Option<Denial> {
-    let value = headers.get(HOST)?;
-    match parse_host_header(value, default_port) {
-        Some((h, p)) if h == host && p == port => None,
-        Some(_) | None => Some(Denial {
+/// N4: at most one `Host` header, and when present it names `host:port` (a `Host` without a
+/// port means `default_port`). Used for plain HTTP, intercepted requests and CONNECT alike.
+pub(crate) fn host_check(
+    headers: &HeaderMap,
+    host: &str,
+    port: u16,
+    default_port: u16,
+) -> Option<Denial> {
+    let denial = |reason| {
+        Some(Denial {
             host: host.to_owned(),
             port,
-            reason: DenyReason::HostMismatch {
-                header: String::from_utf8_lossy(value.as_bytes()).into_owned(),
-            },
+            reason,
+        })
+    };
+    let mut values = headers.get_all(HOST).iter();
+    let value = values.next()?;
+    let count = 1 + values.count();
+    if count > 1 {
+        return denial(DenyReason::DuplicateHost { count });
+    }
+    match parse_host_header(value, default_port) {
+        Some((h, p)) if h == host && p == port => None,
+        Some(_) | None => denial(DenyReason::HostMismatch {
+            header: String::from_utf8_lossy(value.as_bytes()).into_owned(),
         }),
     }
 }
@@ -126,8 +140,8 @@ pub(crate) async fn forward_http(
     };
     let host = airlock_config::policy::normalize_host(authority.host());
     let port = authority.port_u16().unwrap_or(80);
-    if let Some(denial) = host_mismatch(req.headers(), &host, port, 80) {
-        return deny(&shared, &start, &denial);
+    if let Some(denial) = host_check(req.headers(), &host, port, 80) {
+        return bad_host(&shared, &start, &denial);
     }
     let runtime = shared.runtime();
     let target = match checked_target(&shared, &runtime, &start, (&host, port)).await {
@@ -162,10 +176,10 @@ pub(crate) async fn forward_intercepted(
                 header: req.uri().to_string(),
             },
         };
-        return deny(&shared, &start, &denial);
+        return bad_host(&shared, &start, &denial);
     }
-    if let Some(denial) = host_mismatch(req.headers(), host, port, 443) {
-        return deny(&shared, &start, &denial);
+    if let Some(denial) = host_check(req.headers(), host, port, 443) {
+        return bad_host(&shared, &start, &denial);
     }
     let runtime = shared.runtime();
     let decision = runtime.policy.decide(host, port);

@@ -99,3 +99,27 @@ pub(crate) fn malformed(
     let rule = "malformed proxy request".to_owned();
     fail(shared, start, ("", 0), rule, StatusCode::BAD_REQUEST, text)
 }
+
+/// Answers a request whose `Host` is ambiguous or names another destination (N4): 400 with
+/// the denial's rule, audited as a denial. It never reaches policy, secrets or an upstream.
+pub(crate) fn bad_host(
+    shared: &Shared,
+    start: &RequestStart,
+    denial: &Denial,
+) -> Response<ProxyBody> {
+    let at = (denial.host.as_str(), denial.port);
+    let text = format!(
+        "bad request to {}:{}: {}",
+        denial.host,
+        denial.port,
+        denial.rule()
+    );
+    fail(
+        shared,
+        start,
+        at,
+        denial.rule(),
+        StatusCode::BAD_REQUEST,
+        text,
+    )
+}

@@ -2,6 +2,7 @@
 
 mod common;
 mod denials;
+mod host;
 mod live;
 mod secrets;
 mod tls;

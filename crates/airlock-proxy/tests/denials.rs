@@ -230,11 +230,14 @@ async fn host_header_disagreeing_with_the_request_target_is_refused() {
         "",
     )
     .await;
-    assert_eq!(a.status, 403, "{}", a.body);
+    // N4: a bad request (400), not a policy denial; the rule is named in the body and log.
+    assert_eq!(a.status, 400, "{}", a.body);
     assert!(
-        a.policy_header()
+        a.body
             .contains("Host header metadata.google.internal differs"),
         "{}",
-        a.policy_header()
+        a.body
     );
+    assert!(!a.body.contains("uri="), "{}", a.body);
+    assert_eq!(w.audit(1).await[0].decision, Verdict::Deny);
 }

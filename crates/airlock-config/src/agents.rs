@@ -125,6 +125,23 @@ pub const CATALOGUE: &[AgentSpec] = &[
     },
 ];
 
+/// Headers other than `Authorization` that agents' APIs read a key from, by the environment
+/// variable that holds it (N5): a secret of that name may also be carried in these headers.
+/// Anthropic's API reads `x-api-key`, Gemini's `x-goog-api-key`; OpenAI and GitHub use
+/// `Authorization`, which every secret may use.
+pub const API_KEY_HEADERS: &[(&str, &[&str])] = &[
+    ("ANTHROPIC_API_KEY", &["x-api-key"]),
+    ("GEMINI_API_KEY", &["x-goog-api-key"]),
+];
+
+/// The extra headers (lowercase) the catalogue names for a key held in `env`.
+pub fn api_key_headers(env: &str) -> &'static [&'static str] {
+    API_KEY_HEADERS
+        .iter()
+        .find(|(name, _)| *name == env)
+        .map_or(&[], |(_, headers)| headers)
+}
+
 /// The catalogue entry named `name`.
 pub fn find(name: &str) -> Option<&'static AgentSpec> {
     CATALOGUE.iter().find(|a| a.name == name)
@@ -149,6 +166,24 @@ mod tests {
         assert_eq!(find("claude").unwrap().command, "claude");
         let unique: HashSet<_> = names().collect();
         assert_eq!(unique.len(), CATALOGUE.len());
+    }
+
+    #[test]
+    fn api_key_headers_belong_to_catalogued_keys_and_are_lowercase_tokens() {
+        for (env, headers) in API_KEY_HEADERS {
+            assert!(
+                CATALOGUE.iter().any(|a| a.api_key_env.contains(env)),
+                "{env} is no agent's key"
+            );
+            for h in *headers {
+                assert!(
+                    !h.is_empty() && h.bytes().all(|b| b.is_ascii_lowercase() || b == b'-'),
+                    "{h}"
+                );
+            }
+        }
+        assert_eq!(api_key_headers("ANTHROPIC_API_KEY"), ["x-api-key"]);
+        assert!(api_key_headers("OPENAI_API_KEY").is_empty());
     }
 
     #[test]

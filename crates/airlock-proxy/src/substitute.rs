@@ -1,15 +1,20 @@
 //! Placeholder substitution in request headers (N5).
 //!
 //! For a request to `host:port`, the bindings that cover it are the *bound* ones. In order:
-//! 1. every header value: placeholders of bound secrets are replaced by their values; inside
-//!    `Authorization: Basic …` the credentials are base64-decoded, substituted, re-encoded;
+//! 1. every header the binding names ([`Binding::may_carry`]: `Authorization`,
+//!    `Proxy-Authorization`, the template's header, the agent catalogue's header for that
+//!    secret name, and those named with `airlock secret set --header-name`): placeholders of
+//!    bound secrets are replaced by their values; inside `Basic …` credentials they are
+//!    base64-decoded, substituted, re-encoded. A placeholder in any other header (`X-Echo`,
+//!    `Cookie`, …) stays as it is, because a server that echoes such a header would hand the
+//!    value back to the sandbox;
 //! 2. every bound secret with a header template sets that header, replacing any header of the
 //!    same name the client sent (never a duplicate);
 //! 3. over cleartext HTTP only secrets whose host pattern names the port explicitly count as
 //!    bound (`api.example.com:8080`): a portless pattern means "this service", which is
 //!    HTTPS, and a token must not travel in cleartext because a client was misconfigured;
-//! 4. placeholders left anywhere — headers of an unbound host, the request target (query),
-//!    the body ([`BodyScanner`]) — are left as they are and reported as warnings naming the
+//! 4. placeholders left anywhere — headers the binding does not name, headers of an unbound
+//!    host, the request target (query), the body ([`BodyScanner`]) — are left as they are and reported as warnings naming the
 //!    secret and the place, never the value.
 //!
 //! Substituted header values are marked sensitive (hyper then never indexes them in HPACK and
@@ -20,7 +25,7 @@ use std::collections::BTreeSet;
 use airlock_secrets::{Binding, SecretBindings};
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine;
-use hyper::header::{HeaderName, HeaderValue, AUTHORIZATION};
+use hyper::header::{HeaderName, HeaderValue, AUTHORIZATION, PROXY_AUTHORIZATION};
 use hyper::HeaderMap;
 
 /// What substitution did to one request.
@@ -46,7 +51,7 @@ impl Substitution {
 /// to `host`; names the secret and the place, never the value.
 pub(crate) fn unsubstituted_warning(name: &str, place: &str, host: &str) -> String {
     let text = format!(
-        "placeholder of secret {name} in {place} to {host} not substituted (secrets go only into headers of requests to their bound hosts, and over cleartext HTTP only when the binding names the port)"
+        "placeholder of secret {name} in {place} to {host} not substituted (secrets go only into the headers their binding names — Authorization, Proxy-Authorization, the template's header, `secret set --header-name` — of requests to their bound hosts, and over cleartext HTTP only when the binding names the port)"
     );
     tracing::warn!("{text}");
     text
@@ -86,8 +91,13 @@ pub fn substitute_headers(
         let values: Vec<HeaderValue> = headers.get_all(&name).iter().cloned().collect();
         let mut changed = false;
         let mut new_values = Vec::with_capacity(values.len());
+        let carriers: Vec<&Binding> = bound
+            .iter()
+            .copied()
+            .filter(|b| b.may_carry(name.as_str()))
+            .collect();
         for value in values {
-            let replaced = substitute_value(&name, value.as_bytes(), &bound, &mut out);
+            let replaced = substitute_value(&name, value.as_bytes(), &carriers, &mut out);
             for b in table.find_in(replaced.as_deref().unwrap_or(value.as_bytes())) {
                 out.warn(b, &format!("header {name}"), host);
             }
@@ -142,7 +152,7 @@ fn substitute_value(
     if bound.is_empty() {
         return None;
     }
-    if *name == AUTHORIZATION {
+    if *name == AUTHORIZATION || *name == PROXY_AUTHORIZATION {
         if let Some(creds) = basic_credentials(value) {
             let decoded = BASE64.decode(creds).ok()?;
             let replaced = replace_all(&decoded, bound, out)?;
@@ -244,13 +254,17 @@ mod tests {
     const PH: &str = "airlock-secret-0123456789abcdef0123456789abcdef";
 
     fn table(header: Option<&str>) -> SecretBindings {
+        table_carried_in(header, &[])
+    }
+
+    fn table_carried_in(header: Option<&str>, carriers: &[&str]) -> SecretBindings {
         SecretBindings::new(vec![Binding {
             name: SecretName::parse("TOKEN").unwrap(),
             placeholder: PH.into(),
             value: Redacted::new("s3cr3t".into()),
             hosts: vec![HostPattern::parse("api.example.com").unwrap()],
             header: header.map(|h| HeaderTemplate::parse(h).unwrap()),
-            headers: Vec::new(),
+            headers: carriers.iter().map(|h| (*h).to_owned()).collect(),
         }])
     }
 
@@ -267,7 +281,7 @@ mod tests {
 
     #[test]
     fn placeholder_in_a_header_is_replaced_for_the_bound_host_only() {
-        let t = table(None);
+        let t = table_carried_in(None, &["x-api-key"]);
         let mut h = headers(&[("x-api-key", PH)]);
         let s = substitute_headers(&mut h, "/", ("api.example.com", 443), Channel::Tls, &t);
         assert_eq!(h["x-api-key"], "s3cr3t");
@@ -279,6 +293,18 @@ mod tests {
         assert!(s.used.is_empty());
         assert_eq!(s.warnings.len(), 1);
         assert!(s.warnings[0].contains("TOKEN") && !s.warnings[0].contains("s3cr3t"));
+    }
+
+    #[test]
+    fn placeholder_in_a_header_the_binding_does_not_name_is_left_and_warned() {
+        let t = table(Some("X-Token: {value}"));
+        let mut h = headers(&[("x-echo", PH), ("cookie", PH), ("X-Token", PH)]);
+        let s = substitute_headers(&mut h, "/", ("api.example.com", 443), Channel::Tls, &t);
+        assert_eq!(h["x-echo"], PH);
+        assert_eq!(h["cookie"], PH);
+        assert_eq!(h["x-token"], "s3cr3t", "the template's header is a carrier");
+        assert_eq!(s.warnings.len(), 2, "{:?}", s.warnings);
+        assert!(s.warnings.iter().all(|w| !w.contains("s3cr3t")));
     }
 
     #[test]

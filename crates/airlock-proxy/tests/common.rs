@@ -282,13 +282,25 @@ impl World {
         header: Option<&str>,
         policy: Policy,
     ) -> String {
+        self.set_secret_in(name, hosts, (header, &[]), policy)
+    }
+
+    /// [`World::set_secret`], naming `carriers`: further headers the value may be carried in.
+    pub fn set_secret_in(
+        &self,
+        name: &str,
+        hosts: &[&str],
+        (header, carriers): (Option<&str>, &[&str]),
+        policy: Policy,
+    ) -> String {
         let hosts: Vec<_> = hosts
             .iter()
             .map(|h| HostPattern::parse(h).unwrap())
             .collect();
+        let value = Redacted::new(SECRET_VALUE.to_owned());
         let info = self
             .store
-            .set(name, &hosts, header, Redacted::new(SECRET_VALUE.to_owned()))
+            .set_with_headers(name, &hosts, header, carriers, value)
             .unwrap();
         self.proxy.update(policy, self.bindings());
         info.placeholder

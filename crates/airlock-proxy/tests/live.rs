@@ -42,7 +42,8 @@ async fn audit_line_records_the_request_and_never_a_value() {
     let (w, port) = http_world(API).await;
     let mut follow = AuditFollower::from_end(&w.audit_path).unwrap();
     let allow = policy(vec![rule(Action::Allow, &format!("{API}:{port}"))]);
-    let ph = w.set_secret("TOKEN", &[&format!("{API}:{port}")], None, allow);
+    let carriers = (None, &["x-key"][..]);
+    let ph = w.set_secret_in("TOKEN", &[&format!("{API}:{port}")], carriers, allow);
     let a = http_via(
         w.addr,
         &format!("http://{API}:{port}/p"),

@@ -39,7 +39,13 @@ fn assert_no_value_outside_the_store(w: &World) {
 #[tokio::test]
 async fn placeholder_in_a_header_reaches_the_bound_host_as_the_value() {
     let (w, port) = http_world().await;
-    let ph = w.set_secret("TOKEN", &[&format!("{API}:{port}")], None, allow_both(port));
+    let carriers = (None, &["X-Api-Key"][..]);
+    let ph = w.set_secret_in(
+        "TOKEN",
+        &[&format!("{API}:{port}")],
+        carriers,
+        allow_both(port),
+    );
     let a = http_via(
         w.addr,
         &format!("http://{API}:{port}/v1"),
@@ -173,7 +179,13 @@ async fn placeholder_in_query_or_body_of_a_bound_host_is_left_alone_and_warned()
 #[tokio::test]
 async fn intercepted_https_request_carries_the_value_only_upstream() {
     let (w, port) = https_world(API, true).await;
-    let ph = w.set_secret("TOKEN", &[&format!("{API}:{port}")], None, allow_both(port));
+    let carriers = (None, &["x-api-key"][..]);
+    let ph = w.set_secret_in(
+        "TOKEN",
+        &[&format!("{API}:{port}")],
+        carriers,
+        allow_both(port),
+    );
     let r = w
         .https_intercepted(API, port, "/user", &[("x-api-key", &ph)])
         .await
@@ -190,4 +202,81 @@ async fn intercepted_https_request_carries_the_value_only_upstream() {
     assert_eq!(entry.mode, airlock_proxy::Mode::Intercept);
     assert_eq!(entry.secrets, ["TOKEN"]);
     assert_no_value_outside_the_store(&w);
+}
+
+/// Headers an echoing upstream would hand back to the sandbox, and which no binding names.
+const ECHOED: [&str; 3] = ["x-echo", "cookie", "x-api-key"];
+
+fn assert_unnamed_headers_kept_the_placeholder(body: &str, ph: &str) {
+    // Only the Authorization line (a carrier) holds the value.
+    assert_eq!(body.matches(SECRET_VALUE).count(), 1, "{body}");
+    for h in ECHOED {
+        assert!(body.contains(&format!("h:{h}={ph}\n")), "{h}: {body}");
+    }
+    // The default carrier still works in the same request.
+    assert!(
+        body.contains(&format!("h:authorization=Bearer {SECRET_VALUE}\n")),
+        "{body}"
+    );
+}
+
+fn assert_warned_per_header(w: &airlock_proxy::AuditEntry) {
+    for h in ECHOED {
+        let place = format!("header {h}");
+        assert!(
+            w.warnings
+                .iter()
+                .any(|t| t.contains("TOKEN") && t.contains(&place)),
+            "{h}: {:?}",
+            w.warnings
+        );
+    }
+}
+
+#[tokio::test]
+async fn placeholder_in_a_header_the_binding_does_not_name_never_reaches_the_sandbox() {
+    let (w, port) = http_world().await;
+    let ph = w.set_secret("TOKEN", &[&format!("{API}:{port}")], None, allow_both(port));
+    let bearer = format!("Bearer {ph}");
+    let mut headers: Vec<(&str, &str)> = ECHOED.iter().map(|h| (*h, ph.as_str())).collect();
+    headers.push(("authorization", &bearer));
+    let a = http_via(w.addr, &format!("http://{API}:{port}/"), &headers, "").await;
+    assert_eq!(a.status, 200, "{}", a.body);
+    assert_unnamed_headers_kept_the_placeholder(&a.body, &ph);
+    let entry = &w.audit(1).await[0];
+    assert_eq!(entry.secrets, ["TOKEN"]);
+    assert_warned_per_header(entry);
+    assert_no_value_outside_the_store(&w);
+}
+
+#[tokio::test]
+async fn intercepted_placeholder_in_an_unnamed_header_never_reaches_the_sandbox() {
+    let (w, port) = https_world(API, true).await;
+    let ph = w.set_secret("TOKEN", &[&format!("{API}:{port}")], None, allow_both(port));
+    let bearer = format!("Bearer {ph}");
+    let mut headers: Vec<(&str, &str)> = ECHOED.iter().map(|h| (*h, ph.as_str())).collect();
+    headers.push(("authorization", &bearer));
+    let r = w.https_intercepted(API, port, "/", &headers).await.unwrap();
+    assert_eq!(r.answer.status, 200, "{}", r.answer.body);
+    assert_unnamed_headers_kept_the_placeholder(&r.answer.body, &ph);
+    assert_warned_per_header(&w.audit(1).await[0]);
+}
+
+#[tokio::test]
+async fn the_agent_catalogue_names_x_api_key_for_an_anthropic_key() {
+    let (w, port) = https_world(API, true).await;
+    let ph = w.set_secret(
+        "ANTHROPIC_API_KEY",
+        &[&format!("{API}:{port}")],
+        None,
+        allow_both(port),
+    );
+    let headers = [("x-api-key", ph.as_str()), ("x-echo", ph.as_str())];
+    let r = w.https_intercepted(API, port, "/", &headers).await.unwrap();
+    let body = &r.answer.body;
+    assert!(
+        body.contains(&format!("h:x-api-key={SECRET_VALUE}\n")),
+        "{body}"
+    );
+    assert!(body.contains(&format!("h:x-echo={ph}\n")), "{body}");
 }

@@ -165,7 +165,8 @@ async fn concurrent_first_use_agrees_on_one_ca() {
 #[tokio::test]
 async fn requests_reusing_one_intercepted_connection_each_get_the_value() {
     let (w, port) = https_world(API, true).await;
-    let ph = w.set_secret("TOKEN", &[&format!("{API}:{port}")], None, allow(port));
+    let carriers = (None, &["x-api-key"][..]);
+    let ph = w.set_secret_in("TOKEN", &[&format!("{API}:{port}")], carriers, allow(port));
     let airlock_ca = w.proxy.ca().unwrap().cert_pem().to_owned();
     let (_, stream) = connect(w.addr, &format!("{API}:{port}")).await;
     let name = rustls::pki_types::ServerName::try_from(API).unwrap();
@@ -206,7 +207,8 @@ async fn requests_reusing_one_intercepted_connection_each_get_the_value() {
 #[tokio::test]
 async fn a_restarted_proxy_keeps_the_ca_and_the_placeholders() {
     let (w, port) = https_world(API, true).await;
-    let ph = w.set_secret("TOKEN", &[&format!("{API}:{port}")], None, allow(port));
+    let carriers = (None, &["x-api-key"][..]);
+    let ph = w.set_secret_in("TOKEN", &[&format!("{API}:{port}")], carriers, allow(port));
     let ca_before = w.proxy.ca().unwrap().cert_pem().to_owned();
     let World {
         tmp,

@@ -11,6 +11,10 @@ use airlock_config::policy::{normalize_host, HostPattern};
 use crate::name::{HeaderTemplate, SecretName};
 use crate::redacted::Redacted;
 
+/// The headers every binding's placeholder may be replaced in (lowercase); a binding adds its
+/// template's header and the names it lists ([`Binding::headers`]).
+pub const DEFAULT_SECRET_HEADERS: &[&str] = &["authorization", "proxy-authorization"];
+
 /// Every placeholder starts with this; what follows is 32 lowercase hex digits.
 pub const PLACEHOLDER_PREFIX: &str = "airlock-secret-";
 
@@ -28,11 +32,39 @@ pub struct Binding {
     /// A header to set on every request to those hosts, if configured.
     pub header: Option<HeaderTemplate>,
     /// Further headers (lowercase names) whose placeholders are replaced, besides
-    /// `Authorization`, `Proxy-Authorization` and the template's header.
+    /// [`DEFAULT_SECRET_HEADERS`] and the template's header ([`Binding::may_carry`]).
     pub headers: Vec<String>,
 }
 
 impl Binding {
+    /// Whether a placeholder of this secret in header `name` is replaced by the value: the
+    /// defaults, the template's header and the binding's own list (N5). Case-insensitive.
+    pub fn may_carry(&self, name: &str) -> bool {
+        DEFAULT_SECRET_HEADERS
+            .iter()
+            .any(|h| h.eq_ignore_ascii_case(name))
+            || self
+                .header
+                .as_ref()
+                .is_some_and(|t| t.name().eq_ignore_ascii_case(name))
+            || self.headers.iter().any(|h| h.eq_ignore_ascii_case(name))
+    }
+
+    /// Every header name this secret may be carried in, lowercase, defaults first.
+    pub fn carrier_headers(&self) -> Vec<String> {
+        let mut out: Vec<String> = DEFAULT_SECRET_HEADERS
+            .iter()
+            .map(|h| (*h).to_owned())
+            .collect();
+        let template = self.header.as_ref().map(|t| t.name().to_ascii_lowercase());
+        for h in template.into_iter().chain(self.headers.iter().cloned()) {
+            if !out.contains(&h) {
+                out.push(h);
+            }
+        }
+        out
+    }
+
     /// Whether this secret may be sent to `host:port`.
     pub fn applies_to(&self, host: &str, port: u16) -> bool {
         let host = normalize_host(host);

@@ -16,7 +16,7 @@ pub mod name;
 pub mod redacted;
 pub mod store;
 
-pub use bindings::{Binding, SecretBindings, PLACEHOLDER_PREFIX};
-pub use name::{HeaderTemplate, NameError, SecretName};
+pub use bindings::{Binding, SecretBindings, DEFAULT_SECRET_HEADERS, PLACEHOLDER_PREFIX};
+pub use name::{parse_header_name, HeaderTemplate, NameError, SecretName};
 pub use redacted::Redacted;
 pub use store::{SecretError, SecretInfo, SecretStore};

@@ -3,6 +3,8 @@
 //! - A [`SecretName`] is the environment variable that holds the placeholder inside the sandbox:
 //!   `[A-Z_][A-Z0-9_]*`, at most 128 characters. It is also the record's file name, so the
 //!   charset doubles as a guarantee that a name never escapes the store directory.
+//! - A header name a secret may be carried in ([`parse_header_name`]) is an RFC 9110 token,
+//!   kept lowercase.
 //! - A [`HeaderTemplate`] is `Name: text {value} text`: an RFC 9110 token as the name, exactly
 //!   one `{value}`, and only visible ASCII and spaces around it. CR, LF and NUL are refused, so a
 //!   template can never inject a second header line (RFC 9112 §2.2).
@@ -26,6 +28,22 @@ pub enum NameError {
         /// What is wrong with it.
         reason: &'static str,
     },
+    /// A header name a secret may be carried in is not an HTTP token.
+    #[error("invalid header name {name:?}: use an HTTP header name such as `x-api-key`")]
+    InvalidHeaderName {
+        /// The refused name.
+        name: String,
+    },
+}
+
+/// Checks a header name (an RFC 9110 token, at most 128 bytes) and returns it lowercased.
+pub fn parse_header_name(name: &str) -> Result<String, NameError> {
+    if name.is_empty() || name.len() > 128 || !name.bytes().all(is_token_byte) {
+        return Err(NameError::InvalidHeaderName {
+            name: name.to_owned(),
+        });
+    }
+    Ok(name.to_ascii_lowercase())
 }
 
 /// A checked secret name (see the module docs).

@@ -30,7 +30,7 @@ use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 
 use crate::bindings::{Binding, SecretBindings, PLACEHOLDER_PREFIX};
-use crate::name::{HeaderTemplate, NameError, SecretName};
+use crate::name::{parse_header_name, HeaderTemplate, NameError, SecretName};
 use crate::redacted::Redacted;
 
 const SALT_FILE: &str = "installation-salt";
@@ -129,6 +129,10 @@ pub struct SecretInfo {
     pub hosts: Vec<String>,
     /// The name of the header its template sets, if any.
     pub header: Option<String>,
+    /// Every header its placeholder is replaced in (lowercase): `authorization`,
+    /// `proxy-authorization`, the template's header, the agent catalogue's header for this
+    /// name, and those named at `set`.
+    pub headers: Vec<String>,
     /// The placeholder the sandbox sees.
     pub placeholder: String,
 }
@@ -141,6 +145,9 @@ struct RecordFile {
     name: String,
     hosts: Vec<String>,
     header: Option<String>,
+    /// Extra headers named at `set` (absent in records that name none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    headers: Vec<String>,
     value: String,
 }
 
@@ -208,12 +215,26 @@ impl SecretStore {
         format!("{PLACEHOLDER_PREFIX}{}", &digest[..32])
     }
 
-    /// Creates or replaces the secret `name`.
+    /// Creates or replaces the secret `name`; its placeholder is replaced only in the default
+    /// headers, the template's and the catalogue's ([`SecretStore::set_with_headers`]).
     pub fn set(
         &self,
         name: &str,
         hosts: &[HostPattern],
         header: Option<&str>,
+        value: Redacted<String>,
+    ) -> Result<SecretInfo, SecretError> {
+        self.set_with_headers(name, hosts, header, &[], value)
+    }
+
+    /// [`set`](Self::set), also naming `headers` the placeholder may be replaced in (e.g.
+    /// `x-api-key`). Everything is checked before anything is written.
+    pub fn set_with_headers(
+        &self,
+        name: &str,
+        hosts: &[HostPattern],
+        header: Option<&str>,
+        headers: &[&str],
         value: Redacted<String>,
     ) -> Result<SecretInfo, SecretError> {
         let name = SecretName::parse(name)?;
@@ -223,12 +244,20 @@ impl SecretStore {
             });
         }
         let header = header.map(HeaderTemplate::parse).transpose()?;
+        let mut extra: Vec<String> = Vec::new();
+        for h in headers {
+            let h = parse_header_name(h)?;
+            if !extra.contains(&h) {
+                extra.push(h);
+            }
+        }
         check_value(&name, value.expose())?;
         let record = RecordFile {
             version: RECORD_VERSION,
             name: name.to_string(),
             hosts: hosts.iter().map(ToString::to_string).collect(),
             header: header.as_ref().map(ToString::to_string),
+            headers: extra.clone(),
             value: value.expose().clone(),
         };
         let bytes = Redacted::new(serde_json::to_vec_pretty(&record).expect("records serialize"));
@@ -236,26 +265,20 @@ impl SecretStore {
         let path = self.record_path(&name);
         write_atomic(&path, bytes.expose(), 0o600)
             .map_err(|source| SecretError::Write { path, source })?;
-        Ok(SecretInfo {
+        let binding = Binding {
             placeholder: self.placeholder(&name),
-            name: name.to_string(),
-            hosts: record.hosts,
-            header: header.map(|h| h.name().to_owned()),
-        })
+            headers: with_catalogue_headers(&name, extra),
+            name,
+            value: Redacted::new(String::new()),
+            hosts: hosts.to_vec(),
+            header,
+        };
+        Ok(info_of(&binding))
     }
 
     /// Every secret, sorted by name, without values.
     pub fn list(&self) -> Result<Vec<SecretInfo>, SecretError> {
-        Ok(self
-            .load_all()?
-            .into_iter()
-            .map(|b| SecretInfo {
-                name: b.name.to_string(),
-                hosts: b.hosts.iter().map(ToString::to_string).collect(),
-                header: b.header.as_ref().map(|h| h.name().to_owned()),
-                placeholder: b.placeholder,
-            })
-            .collect())
+        Ok(self.load_all()?.iter().map(info_of).collect())
     }
 
     /// Removes the secret `name`.
@@ -334,15 +357,43 @@ impl SecretStore {
             .map(HeaderTemplate::parse)
             .transpose()
             .map_err(|e| corrupt(e.to_string()))?;
+        let headers = record
+            .headers
+            .iter()
+            .map(|h| parse_header_name(h))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| corrupt(e.to_string()))?;
         Ok(Binding {
             name: name.clone(),
             placeholder: self.placeholder(name),
             value,
             hosts,
             header,
-            headers: Vec::new(),
+            headers: with_catalogue_headers(name, headers),
         })
     }
+}
+
+/// What `ls` and `set` show of a binding: never the value.
+fn info_of(b: &Binding) -> SecretInfo {
+    SecretInfo {
+        name: b.name.to_string(),
+        hosts: b.hosts.iter().map(ToString::to_string).collect(),
+        header: b.header.as_ref().map(|h| h.name().to_owned()),
+        headers: b.carrier_headers(),
+        placeholder: b.placeholder.clone(),
+    }
+}
+
+/// `extra` plus the headers the agent catalogue names for a key called `name` (e.g.
+/// `x-api-key` for `ANTHROPIC_API_KEY`).
+fn with_catalogue_headers(name: &SecretName, mut extra: Vec<String>) -> Vec<String> {
+    for h in airlock_config::agents::api_key_headers(name.as_str()) {
+        if !extra.iter().any(|e| e == h) {
+            extra.push((*h).to_owned());
+        }
+    }
+    extra
 }
 
 /// A value must be non-empty and fit in an HTTP header (RFC 9110 §5.5: no CR, LF, NUL).

@@ -256,3 +256,48 @@ fn open_existing_refuses_a_store_others_can_write() {
         Err(SecretError::Dir(_))
     ));
 }
+
+#[test]
+fn headers_a_secret_may_travel_in_are_stored_checked_and_listed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = SecretStore::open(tmp.path()).unwrap();
+    let on = hosts(&["api.example.com"]);
+    let value = || Redacted::new(VALUE.to_owned());
+    let bad = store.set_with_headers("TOKEN", &on, None, &["x-key\r\nX-Evil"], value());
+    assert!(matches!(bad, Err(SecretError::Name(_))), "{bad:?}");
+    assert!(
+        store.list().unwrap().is_empty(),
+        "nothing written on a refusal"
+    );
+    let template = Some("X-Token: {value}");
+    let info = store
+        .set_with_headers("TOKEN", &on, template, &["X-Api-Key", "x-api-key"], value())
+        .unwrap();
+    let expected = [
+        "authorization",
+        "proxy-authorization",
+        "x-token",
+        "x-api-key",
+    ];
+    assert_eq!(info.headers, expected);
+    let reopened = SecretStore::open(tmp.path()).unwrap();
+    assert_eq!(reopened.list().unwrap()[0].headers, expected);
+    let b = reopened.bindings().unwrap();
+    let b = b.iter().next().unwrap();
+    assert!(b.may_carry("X-API-KEY") && b.may_carry("Authorization"));
+    assert!(!b.may_carry("cookie") && !b.may_carry("x-echo"));
+}
+
+#[test]
+fn the_catalogue_header_of_an_agent_key_is_a_carrier_and_old_records_still_load() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = SecretStore::open(tmp.path()).unwrap();
+    // A record written before `headers` existed.
+    let path = store.dir().join("ANTHROPIC_API_KEY.json");
+    std::fs::write(&path, format!(r#"{{"version":1,"name":"ANTHROPIC_API_KEY","hosts":["api.anthropic.com"],"header":null,"value":"{VALUE}"}}"#)).unwrap();
+    let listed = store.list().unwrap();
+    assert_eq!(
+        listed[0].headers,
+        ["authorization", "proxy-authorization", "x-api-key"]
+    );
+}

@@ -3,7 +3,8 @@
 //! Secrets are user-level: one store under airlock's data root (`<data>/secrets/`, see
 //! `airlock_secrets::store`), shared by every project; a project config can never name one.
 //!
-//! `set NAME --host H[,H…] [--header TEMPLATE]`, in order: check the name, hosts and template
+//! `set NAME --host H[,H…] [--header TEMPLATE] [--header-name NAME…]`, in order: check the
+//! name, hosts, template and header names
 //! (a usage error exits 2 before anything is read or created); read the value from stdin
 //! ([`value::read_value`]: echo off on a terminal, restored on every exit path; one trailing
 //! newline stripped; never from argv — there is no option for it); open the store (creating
@@ -19,7 +20,9 @@ mod value;
 
 use airlock_config::policy::{HostMatch, HostPattern};
 use airlock_config::Roots;
-use airlock_secrets::{HeaderTemplate, SecretError, SecretInfo, SecretName, SecretStore};
+use airlock_secrets::{
+    parse_header_name, HeaderTemplate, SecretError, SecretInfo, SecretName, SecretStore,
+};
 use clap::{Args, Subcommand};
 
 use super::policy::current_network;
@@ -62,6 +65,10 @@ pub struct SetArgs {
     /// A header the proxy adds for those hosts, e.g. 'Authorization: Bearer {value}'
     #[arg(long, value_name = "TEMPLATE")]
     pub header: Option<String>,
+    /// Another header the placeholder may be replaced in, e.g. x-api-key (comma-separated or
+    /// repeated; Authorization and Proxy-Authorization always may)
+    #[arg(long = "header-name", value_name = "NAME", value_delimiter = ',')]
+    pub header_names: Vec<String>,
 }
 
 #[derive(Args, Debug)]
@@ -97,6 +104,9 @@ fn set(args: SetArgs, ctx: &Context) -> Result<Report, CommandError> {
     if let Some(t) = &args.header {
         HeaderTemplate::parse(t).map_err(SecretError::from)?;
     }
+    for h in &args.header_names {
+        parse_header_name(h).map_err(SecretError::from)?;
+    }
     let roots = ctx.roots()?;
     // The value is checked (not empty, not too long, UTF-8) before the store is created.
     let secret = value::read_value(name.as_str(), ctx.stdin_is_terminal)?;
@@ -105,7 +115,9 @@ fn set(args: SetArgs, ctx: &Context) -> Result<Report, CommandError> {
     let replaced = store
         .list()
         .is_ok_and(|all| all.iter().any(|s| s.name == name.as_str()));
-    let info = store.set(name.as_str(), &hosts, args.header.as_deref(), secret)?;
+    let carriers: Vec<&str> = args.header_names.iter().map(String::as_str).collect();
+    let template = args.header.as_deref();
+    let info = store.set_with_headers(name.as_str(), &hosts, template, &carriers, secret)?;
     let mut doc = Doc::new();
     doc.heading(if replaced {
         "Secret replaced"
@@ -221,6 +233,7 @@ fn info_fields(doc: &mut Doc, info: &SecretInfo) {
 fn info_fields_at(doc: &mut Doc, info: &SecretInfo, indent: usize) {
     doc.field(indent, "hosts", &info.hosts.join(", "));
     doc.field(indent, "header", info.header.as_deref().unwrap_or("-"));
+    doc.field(indent, "sent in", &info.headers.join(", "));
     doc.field(indent, "placeholder", &info.placeholder);
 }
 

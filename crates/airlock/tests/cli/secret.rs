@@ -353,3 +353,37 @@ fn binding_a_secret_to_a_denied_host_warns_with_the_allow_command() {
     );
     assert!(!run.stderr.contains("ok.example.com:443"), "{}", run.stderr);
 }
+
+#[test]
+fn secret_set_header_name_lists_the_headers_the_value_may_travel_in() {
+    let env = TestEnv::new();
+    let project = env.git_project("src/demo");
+    let args = [
+        "secret",
+        "set",
+        "API_TOKEN",
+        "--host",
+        "api.example.com",
+        "--header-name",
+        "X-Api-Key",
+        "--json",
+    ];
+    let set = run_with_stdin(&env, &project, &args, format!("{VALUE}\n").as_bytes());
+    set.assert_code(0);
+    assert_eq!(
+        set.json()["secret"]["headers"],
+        serde_json::json!(["authorization", "proxy-authorization", "x-api-key"])
+    );
+    let ls = env.run_in(&project, &["secret", "ls"]);
+    assert!(ls.stdout.contains("x-api-key"), "{}", ls.stdout);
+    let bad = [
+        "secret",
+        "set",
+        "API_TOKEN",
+        "--host",
+        "api.example.com",
+        "--header-name",
+        "x key",
+    ];
+    run_with_stdin(&env, &project, &bad, b"v\n").assert_code(2);
+}

@@ -152,10 +152,21 @@ fn a_configured_host_port_is_reachable_inside_and_no_other_host_port_is() {
     assert!(host_listens(hidden.port()));
 }
 
-/// `secret set NAME --host HOST --json` with [`SECRET_VALUE`] on stdin; returns the document.
+/// `secret set NAME --host HOST --header-name x-token --json` with [`SECRET_VALUE`] on stdin;
+/// returns the document.
 fn secret_set(p: &Project, name: &str, host: &str) -> serde_json::Value {
     use std::io::Write;
-    let mut cmd = p.command(&["secret", "set", name, "--host", host, "--json"]);
+    let args = [
+        "secret",
+        "set",
+        name,
+        "--host",
+        host,
+        "--header-name",
+        "x-token",
+        "--json",
+    ];
+    let mut cmd = p.command(&args);
     cmd.stdin(std::process::Stdio::piped());
     let mut child = cmd.spawn().unwrap();
     child

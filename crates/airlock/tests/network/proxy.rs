@@ -115,6 +115,8 @@ fn https_to_a_secret_bound_host_carries_the_real_value_while_the_sandbox_sees_a_
             &host,
             "--header",
             "Authorization: Bearer {value}",
+            "--header-name",
+            "X-Token",
         ],
         Some(format!("{SECRET_VALUE}\n").as_bytes()),
     );

@@ -240,6 +240,7 @@ async fn setup() -> World {
         extra_roots: vec![ca_file],
         bindings: store.bindings().unwrap(),
         audit_path: tmp.path().join("audit.jsonl"),
+        audit_rotation: airlock_proxy::Rotation::default(),
         ca_dir: tmp.path().join("ca"),
     };
     let (handle, proxy, airlock_pem) = start_proxy_runtime(cfg, tmp.path().join("proxy.sock"));

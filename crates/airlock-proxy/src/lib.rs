@@ -45,7 +45,9 @@ pub mod substitute;
 pub mod target;
 pub mod tls;
 
-pub use audit::{read_entries, AuditEntry, AuditError, AuditFollower, AuditLog, Mode, Verdict};
+pub use audit::{
+    read_entries, AuditEntry, AuditError, AuditFollower, AuditLog, Mode, Rotation, Verdict,
+};
 pub use ca::{CaError, CertificateAuthority};
 pub use denial::{Denial, DenyReason, POLICY_HEADER};
 pub use server::{Proxy, ProxyConfig, ProxyError, ProxyHandle, ProxyListener};

@@ -45,6 +45,8 @@ impl RequestStart {
             mode: self.mode,
             secrets: Vec::new(),
             warnings: Vec::new(),
+            repeated: None,
+            last: None,
         }
     }
 }

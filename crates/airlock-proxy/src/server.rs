@@ -30,7 +30,7 @@ use hyper_util::rt::TokioIo;
 use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::watch;
 
-use crate::audit::{AuditError, AuditLog};
+use crate::audit::{AuditError, AuditLog, Rotation, COLLAPSE_IDLE};
 use crate::ca::{CaError, CertificateAuthority};
 use crate::connect::ClientStream;
 use crate::forward::{self, UpstreamSlot};
@@ -53,6 +53,8 @@ pub struct ProxyConfig {
     pub bindings: SecretBindings,
     /// The sandbox's audit log (JSON lines).
     pub audit_path: PathBuf,
+    /// How large the audit log may grow.
+    pub audit_rotation: Rotation,
     /// Where the interception CA lives (created on first use).
     pub ca_dir: PathBuf,
 }
@@ -76,6 +78,7 @@ impl ProxyConfig {
             extra_roots: network.extra_ca.clone(),
             bindings,
             audit_path,
+            audit_rotation: Rotation::default(),
             ca_dir,
         }
     }
@@ -130,7 +133,7 @@ impl Proxy {
         listener: ProxyListener,
         upstream_tls: UpstreamTrust,
     ) -> Result<ProxyHandle, ProxyError> {
-        let audit = Arc::new(AuditLog::open(&cfg.audit_path)?);
+        let audit = Arc::new(AuditLog::open_with(&cfg.audit_path, cfg.audit_rotation)?);
         let local_tcp = match &listener {
             ProxyListener::Tcp(l) => Some(
                 l.local_addr()
@@ -154,6 +157,7 @@ impl Proxy {
             snapshot_hook: Mutex::new(None),
         });
         let task = tokio::spawn(accept_loop(listener, shared.clone()));
+        shared.spawn(flush_idle_repeats(shared.audit.clone()));
         Ok(ProxyHandle {
             shared,
             stop: stop_tx,
@@ -218,6 +222,7 @@ impl ProxyHandle {
         if let Some(task) = self.task.take() {
             let _ = task.await;
         }
+        self.shared.audit.flush();
     }
 }
 
@@ -225,6 +230,16 @@ impl Drop for ProxyHandle {
     /// Dropping the handle stops the proxy too: no proxy outlives its controller.
     fn drop(&mut self) {
         let _ = self.stop.send(true);
+    }
+}
+
+/// Writes counted repeated denials once they went idle (see [`crate::audit`]).
+async fn flush_idle_repeats(audit: Arc<AuditLog>) {
+    let mut tick = tokio::time::interval(COLLAPSE_IDLE);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        audit.flush_idle(std::time::Instant::now());
     }
 }
 

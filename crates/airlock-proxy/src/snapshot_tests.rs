@@ -72,6 +72,7 @@ async fn start(policy: Policy, bindings: SecretBindings) -> (tempfile::TempDir, 
         extra_roots: Vec::new(),
         bindings,
         audit_path: tmp.path().join("audit.jsonl"),
+        audit_rotation: crate::audit::Rotation::default(),
         ca_dir: tmp.path().join("ca"),
     };
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();

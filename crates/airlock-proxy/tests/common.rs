@@ -152,6 +152,7 @@ pub async fn http_world(name: &'static str) -> (World, u16) {
         policy: policy(vec![rule(Action::Allow, &format!("{name}:{port}"))]),
         hosts: vec![(name, "127.0.0.1")],
         trust_test_ca: false,
+        audit_rotation: Default::default(),
     };
     (World::start(setup, TestCa::new()).await, port)
 }
@@ -175,6 +176,7 @@ pub async fn https_world_with(
         policy: policy(vec![rule(Action::Allow, &format!("{name}:{port}"))]),
         hosts: vec![(name, "127.0.0.1")],
         trust_test_ca,
+        audit_rotation: Default::default(),
     };
     (World::start_with(setup, ca, system_roots).await, port)
 }
@@ -194,6 +196,7 @@ pub struct Setup {
     pub policy: Policy,
     pub hosts: Vec<(&'static str, &'static str)>,
     pub trust_test_ca: bool,
+    pub audit_rotation: airlock_proxy::Rotation,
 }
 
 impl World {
@@ -228,6 +231,7 @@ impl World {
             },
             bindings: store.bindings().unwrap(),
             audit_path: audit_path.clone(),
+            audit_rotation: setup.audit_rotation,
             ca_dir: ca_dir.clone(),
         };
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -15,6 +15,7 @@ async fn world(
         policy: policy(rules),
         hosts,
         trust_test_ca: true,
+        audit_rotation: Default::default(),
     };
     World::start(setup, TestCa::new()).await
 }
@@ -88,6 +89,7 @@ async fn ip_literal_target_is_refused_unless_a_rule_names_that_address() {
         policy: airlock_config::policy::Policy::new(airlock_config::raw::Preset::Open, vec![]),
         hosts: vec![],
         trust_test_ca: false,
+        audit_rotation: Default::default(),
     };
     let w = World::start(setup, TestCa::new()).await;
     let url = format!("http://127.0.0.1:{}/", up.port());
@@ -152,6 +154,7 @@ async fn tls_server_name_different_from_the_connect_host_is_refused() {
         policy: policy(vec![rule(Action::Allow, &format!("{API}:{port}"))]),
         hosts: vec![(API, "127.0.0.1")],
         trust_test_ca: true,
+        audit_rotation: Default::default(),
     };
     let w = World::start(setup, ca).await;
     let roots = client_tls(&[&w.test_ca.cert.pem()]);

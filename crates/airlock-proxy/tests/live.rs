@@ -18,6 +18,7 @@ async fn policy_update_applies_to_the_next_request_without_restart() {
         policy: policy(vec![]),
         hosts: vec![(API, "127.0.0.1")],
         trust_test_ca: false,
+        audit_rotation: Default::default(),
     };
     let w = World::start(setup, TestCa::new()).await;
     let url = format!("http://{API}:{port}/");
@@ -85,6 +86,7 @@ async fn unix_socket_listener_serves_the_sandbox_and_shutdown_closes_it() {
         extra_roots: vec![],
         bindings: airlock_secrets::SecretBindings::empty(),
         audit_path: tmp.path().join("audit.jsonl"),
+        audit_rotation: airlock_proxy::Rotation::default(),
         ca_dir: tmp.path().join("ca"),
     };
     let proxy = Proxy::start(cfg, ProxyListener::Unix(listener)).unwrap();

@@ -15,6 +15,7 @@ async fn http_world() -> (World, u16) {
         policy: policy(vec![]),
         hosts: vec![(API, "127.0.0.1"), (OTHER, "127.0.0.1")],
         trust_test_ca: false,
+        audit_rotation: Default::default(),
     };
     (World::start(setup, TestCa::new()).await, up.port())
 }

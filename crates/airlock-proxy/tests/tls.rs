@@ -229,6 +229,7 @@ async fn a_restarted_proxy_keeps_the_ca_and_the_placeholders() {
             .bindings()
             .unwrap(),
         audit_path,
+        audit_rotation: airlock_proxy::Rotation::default(),
         ca_dir,
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -4,6 +4,9 @@
 //! one recorded in the sandbox's lifecycle record (the keeper opens the proxy's `AuditLog`
 //! there). No record, or no file yet: the command says so and exits 0.
 //!
+//! The log is rotated by size (`audit.jsonl.1` … are older); both forms read the rotated files
+//! and the current one in order. A line with `repeated: N` stands for N identical denials.
+//!
 //! Every field of an entry came through the sandbox (host names, methods, rule texts quoting
 //! them), so human output escapes control characters (O1). `--json` prints one document
 //! `{"sandbox","log","entries"}`; with `--follow` it prints one compact JSON entry per line
@@ -118,6 +121,10 @@ fn entry_line(e: &AuditEntry) -> String {
         "{}  {decision}  {} {target}  {}  up {} down {}  {}",
         e.time, e.method, e.status, e.bytes_up, e.bytes_down, e.rule
     );
+    if let Some(n) = e.repeated {
+        let last = e.last.as_deref().unwrap_or("?");
+        line.push_str(&format!("  x{n} (same denial until {last})"));
+    }
     if !e.secrets.is_empty() {
         line.push_str(&format!("  secrets: {}", e.secrets.join(",")));
     }
@@ -186,6 +193,8 @@ mod tests {
             mode: Mode::Http,
             secrets: vec![],
             warnings: vec!["x\u{9b}2J".into()],
+            repeated: Some(3),
+            last: Some("2026-01-01T00:00:09.000Z".into()),
         };
         let mut doc = Doc::new();
         doc.text(0, &[(style(&e), &entry_line(&e))]);

@@ -7,8 +7,9 @@ use std::ffi::OsString;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
-use airlock_config::Roots;
-use airlock_core::DirPresence;
+use airlock_config::{Project, Roots};
+use airlock_core::names::SandboxName;
+use airlock_host::Host;
 
 use crate::error::{CommandError, ErrorKind};
 
@@ -50,99 +51,30 @@ impl Context {
     }
 }
 
-/// Creates `dir` — one of airlock's roots (`~/.config/airlock`) or a directory below one — as
-/// a private 0700 directory, checking every component from the XDG base directory down: the
-/// airlock root and everything below it must be real directories, owned by the user and not
-/// writable by others. The XDG base itself (`~/.config`) is the anchor: created with default
-/// permissions when missing, like any XDG base, and not held to that rule (with private user
-/// groups, `umask 002`, a group-writable `~/.config` is normal).
+/// [`airlock_host::paths::ensure_root`] for a verb.
 pub fn ensure_root(roots: &Roots, dir: &Path) -> Result<(), CommandError> {
-    let base = anchor_for(roots, dir);
-    std::fs::create_dir_all(&base).map_err(|e| {
-        CommandError::internal("dir.io", format!("cannot create {}: {e}", base.display()))
-            .with_hint("check the permissions of that directory")
-    })?;
-    airlock_core::ensure_private_dir(dir, &base)?;
-    Ok(())
+    Ok(airlock_host::paths::ensure_root(roots, dir)?)
 }
 
-/// Verifies `dir` like [`ensure_root`] (same anchor, same rule) without creating anything, for
-/// read-only commands; a missing XDG base means nothing below it exists either.
-pub fn check_root(roots: &Roots, dir: &Path) -> Result<DirPresence, CommandError> {
-    let base = anchor_for(roots, dir);
-    if !base.exists() {
-        return Ok(DirPresence::Absent);
-    }
-    Ok(airlock_core::check_private_dir(dir, &base)?)
+/// The active project, if any (PRODUCT C4).
+pub fn discover_project(ctx: &Context) -> Result<Option<Project>, CommandError> {
+    Ok(airlock_host::project::discover_project(&ctx.cwd)?)
 }
 
-/// The XDG base above the outermost airlock root containing `dir` (so `<state>/run`, the
-/// runtime fallback, is checked from `$XDG_STATE_HOME` down); `dir`'s parent otherwise.
-fn anchor_for(roots: &Roots, dir: &Path) -> PathBuf {
-    roots
-        .own_roots()
-        .into_iter()
-        .filter(|r| dir.starts_with(r))
-        .min_by_key(|r| r.components().count())
-        .unwrap_or(dir)
-        .parent()
-        .unwrap_or(Path::new("/"))
-        .to_path_buf()
+/// The active project; an error pointing at `airlock init` when there is none.
+pub fn active_project(ctx: &Context) -> Result<Project, CommandError> {
+    Ok(airlock_host::project::active_project(&ctx.cwd)?)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+/// Parses `--name`, or derives the active project's name. Usage error (exit 2) for a bad name.
+pub fn resolve_name(
+    ctx: &Context,
+    name: Option<&str>,
+) -> Result<(SandboxName, Option<Project>), CommandError> {
+    Ok(airlock_host::lifecycle::resolve_name(&ctx.cwd, name)?)
+}
 
-    fn roots() -> Roots {
-        Roots::from_env(|k| match k {
-            "HOME" => Some("/home/ana".into()),
-            _ => None,
-        })
-        .unwrap()
-    }
-
-    #[test]
-    fn each_root_is_anchored_at_its_xdg_base() {
-        let r = roots();
-        assert_eq!(anchor_for(&r, &r.config), Path::new("/home/ana/.config"));
-        assert_eq!(
-            anchor_for(&r, &r.state),
-            Path::new("/home/ana/.local/state")
-        );
-    }
-
-    #[test]
-    fn runtime_fallback_below_state_is_checked_from_the_state_base() {
-        let r = roots();
-        assert!(r.runtime.starts_with(&r.state));
-        assert_eq!(
-            anchor_for(&r, &r.runtime),
-            Path::new("/home/ana/.local/state")
-        );
-    }
-
-    #[test]
-    fn checking_a_root_holds_it_to_the_rule_but_not_its_xdg_base() {
-        use std::os::unix::fs::PermissionsExt;
-        let home = tempfile::tempdir().unwrap();
-        let r = Roots::from_env(|k| (k == "HOME").then(|| home.path().into())).unwrap();
-        let mode = |p: &Path, m: u32| {
-            std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap()
-        };
-        assert_eq!(check_root(&r, &r.state).unwrap(), DirPresence::Absent);
-        std::fs::create_dir_all(&r.state).unwrap();
-        mode(r.state.parent().unwrap(), 0o775);
-        mode(&r.state, 0o700);
-        assert_eq!(check_root(&r, &r.state).unwrap(), DirPresence::Present);
-        mode(&r.state, 0o770);
-        assert!(check_root(&r, &r.state).is_err());
-    }
-
-    #[test]
-    fn directories_below_a_root_share_its_anchor() {
-        let r = roots();
-        let sub = r.state.join("sandboxes/demo");
-        assert_eq!(anchor_for(&r, &sub), Path::new("/home/ana/.local/state"));
-    }
+/// Opens the lifecycle state ([`Host::open`]); `mutating` verbs create the roots and sweep.
+pub fn setup(ctx: &Context, mutating: bool) -> Result<Host, CommandError> {
+    Ok(Host::open(&ctx.roots()?, mutating)?)
 }

@@ -7,25 +7,8 @@
 
 use std::fmt;
 
-/// What class of failure happened; decides the exit status.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ErrorKind {
-    /// The operation ran and failed, or the sandbox is not ready (exit 1).
-    Failed,
-    /// The command line is wrong (exit 2). Nothing was changed.
-    Usage,
-    /// The configuration is wrong or the project state forbids the command (exit 2).
-    Config,
-    /// This host cannot run the backend (exit 69, `EX_UNAVAILABLE`).
-    BackendUnavailable,
-    /// An internal or infrastructure failure: I/O, corrupt state (exit 70, `EX_SOFTWARE`).
-    Internal,
-    /// Another command holds the lock (exit 75, `EX_TEMPFAIL`).
-    Busy,
-    /// The user interrupted the command (exit 130 = 128 + SIGINT). Raised by lifecycle
-    /// commands on Ctrl+C (PRODUCT L7); mapped here so every exit code lives in one function.
-    Interrupted,
-}
+pub use airlock_host::ErrorKind;
+use airlock_host::HostError;
 
 /// Exit status for an error kind (PRODUCT O5).
 pub fn exit_code(kind: ErrorKind) -> i32 {
@@ -85,6 +68,18 @@ impl CommandError {
             "message": self.message,
             "hint": self.hint,
         })
+    }
+}
+
+/// A host-side failure as the user sees it: same kind, code, message and next action.
+impl From<HostError> for CommandError {
+    fn from(e: HostError) -> Self {
+        Self {
+            kind: e.kind,
+            code: e.code,
+            message: e.message,
+            hint: e.hint,
+        }
     }
 }
 

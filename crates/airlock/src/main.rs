@@ -9,15 +9,17 @@
 //!    status comes from [`error::exit_code`]. A closed stdout (broken pipe) ends quietly.
 
 mod cli;
+mod command_options;
 mod commands;
 mod context;
 mod create_new;
 mod error;
-mod guest_entry;
 mod lib_errors;
+mod live;
 #[cfg(test)]
 mod man_pages;
 mod output;
+mod stream;
 
 use std::ffi::OsString;
 use std::io;
@@ -32,7 +34,7 @@ use crate::output::Printer;
 
 fn main() -> ExitCode {
     let args: Vec<OsString> = std::env::args_os().collect();
-    if let Some(status) = guest_entry::dispatch(&args) {
+    if let Some(status) = airlock_host::hidden::dispatch(&args) {
         return exit_status(status);
     }
     let printer = Printer::from_env(cli::wants_json(&args));

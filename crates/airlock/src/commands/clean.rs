@@ -1,16 +1,17 @@
 //! `airlock clean` (PRODUCT L9, R2, R4): removes the state of every inactive sandbox whose
 //! ownership can be proven, and the state directories of `airlock run`s whose process is
-//! provably gone (the sweep [`super::lifecycle::setup`] runs for every mutating lifecycle verb,
-//! see [`super::lifecycle::runs`]); reports what it freed, and lists what it left (running or
+//! provably gone (the sweep `airlock_host::Host::open` runs for every mutating lifecycle verb,
+//! see `airlock_host::lifecycle::runs`); reports what it freed, and lists what it left (running or
 //! busy sandboxes, live runs, paths without a matching ownership marker). It never touches a
 //! ready sandbox or a live run.
 
 use airlock_core::lifecycle;
 use clap::Args;
 
-use super::lifecycle::{human_bytes, lifecycle_error, setup};
+use airlock_host::lifecycle::{human_bytes, lifecycle_error};
+
 use super::Report;
-use crate::context::Context;
+use crate::context::{setup, Context};
 use crate::error::CommandError;
 use crate::output::{path_text, Doc, Style};
 

@@ -52,8 +52,8 @@ pub fn run(_args: ConfigArgs, ctx: &Context) -> Result<Report, CommandError> {
     let opened = match editor(ctx) {
         Some(editor) => {
             open_in_editor(&editor, &path)?;
-            if let Err(e) = super::plan::validate_user_config(&roots) {
-                report = report.with_failure(e);
+            if let Err(e) = airlock_host::config::validate_user_config(&roots) {
+                report = report.with_failure(e.into());
             }
             true
         }

@@ -6,9 +6,10 @@
 use airlock_core::lifecycle::{self, Health};
 use clap::Args;
 
-use super::lifecycle::{human_bytes, lifecycle_error, lock_wait, resolve_name, setup};
+use airlock_host::lifecycle::{human_bytes, lifecycle_error, lock_wait};
+
 use super::Report;
-use crate::context::Context;
+use crate::context::{resolve_name, setup, Context};
 use crate::error::CommandError;
 use crate::output::{Doc, Style};
 

@@ -10,80 +10,23 @@
 //! command's process id inside the sandbox (JSON: `{"detached": true, "pid": N}`).
 //! Processes a command leaves in the background keep running after `exec` returns.
 
-use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
 
 use airlock_core::backend::Backend;
 use airlock_core::lifecycle::{self, Health};
-use airlock_protocol::{ExecRequest, ExecUser};
+use airlock_host::lifecycle::backend::{
+    with_socket_path, StartRequest, MODE_DETACHED, SOCKET, START_FILE,
+};
+use airlock_protocol::ExecRequest;
 use clap::Args;
 
-use super::lifecycle::backend::{StartRequest, MODE_DETACHED, SOCKET, START_FILE};
-use super::lifecycle::{lifecycle_error, resolve_name, setup};
+use airlock_host::lifecycle::lifecycle_error;
+
 use super::Report;
-use crate::context::Context;
+use crate::command_options::CommandOptions;
+use crate::context::{resolve_name, setup, Context};
 use crate::error::{CommandError, ErrorKind};
 use crate::output::Doc;
-
-/// How the one command runs: the options `exec` and `run` share (same flags, same help).
-#[derive(Args, Debug)]
-pub struct CommandOptions {
-    /// Stream stdin to the command
-    #[arg(short = 'i', long)]
-    pub interactive: bool,
-    /// Give the command a terminal (PTY); needs a terminal on stdin and stdout
-    #[arg(short = 't', long)]
-    pub tty: bool,
-    /// Working directory inside the sandbox (inside a workspace, mount or the sandbox home)
-    #[arg(short = 'w', long = "workdir", value_name = "DIR")]
-    pub workdir: Option<PathBuf>,
-    /// Set an environment variable for the command (repeatable)
-    #[arg(short = 'e', long = "env", value_name = "K=V")]
-    pub env: Vec<String>,
-    /// Run as root of the sandbox's user namespace (never the host's root)
-    #[arg(long)]
-    pub root: bool,
-}
-
-impl CommandOptions {
-    /// Parses `-e` and checks that `-t` has a terminal; runs before any side effect.
-    pub fn validate(&self, ctx: &Context) -> Result<BTreeMap<String, String>, CommandError> {
-        let env = super::run::parse_env(&self.env)?;
-        if self.tty && !(ctx.stdin_is_terminal && ctx.stdout_is_terminal) {
-            return Err(
-                CommandError::usage("-t needs a terminal on stdin and stdout")
-                    .with_hint("drop -t (use -i to stream stdin), or run from a terminal"),
-            );
-        }
-        Ok(env)
-    }
-
-    /// The request to run `argv` in `cwd` with `env` (from [`Self::validate`]), checked by the
-    /// protocol's own validation (a usage error, exit 2, when it refuses).
-    pub fn request(
-        &self,
-        argv: &[String],
-        env: BTreeMap<String, String>,
-        cwd: &Path,
-    ) -> Result<ExecRequest, CommandError> {
-        let request = ExecRequest {
-            argv: argv.to_vec(),
-            env,
-            cwd: Some(cwd.to_string_lossy().into_owned()),
-            user: if self.root {
-                ExecUser::Root
-            } else {
-                ExecUser::Sandbox
-            },
-            tty: self.tty.then(super::run::exec::tty_request),
-        };
-        request
-            .validate()
-            .map_err(|e| CommandError::usage(e.to_string()))?;
-        Ok(request)
-    }
-}
 
 #[derive(Args, Debug)]
 pub struct ExecArgs {
@@ -131,10 +74,11 @@ pub fn run(args: ExecArgs, ctx: &Context) -> Result<Report, CommandError> {
             )
             .with_hint("run `airlock down` and `airlock up` to rebuild the sandbox")
         })?;
-    let cwd = super::run::resolve_workdir(args.cmd.workdir.as_deref(), &ctx.cwd, &start.spec)?;
+    let cwd =
+        airlock_host::run::resolve_workdir(args.cmd.workdir.as_deref(), &ctx.cwd, &start.spec)?;
     let mut env = env;
     if start.spec.egress.is_some() {
-        super::egress::add_current_placeholders(&ctx.roots()?.data, &mut env);
+        airlock_host::egress::add_current_placeholders(&ctx.roots()?.data, &mut env);
     }
     let request = args.cmd.request(&args.command, env, &cwd)?;
     if args.detach {
@@ -155,9 +99,9 @@ pub fn run(args: ExecArgs, ctx: &Context) -> Result<Report, CommandError> {
     let channel = setup
         .backend
         .connect(&record)
-        .map_err(|e| lifecycle_error(e.into()))?;
-    let key = super::up::key_of(&channel.key)?;
-    let code = super::run::exec::run_stream(channel.stream, &key, &request, args.cmd.interactive)?;
+        .map_err(|e| CommandError::from(lifecycle_error(e.into())))?;
+    let key = airlock_host::lifecycle::key_of(&channel.key)?;
+    let code = crate::stream::run_stream(channel.stream, &key, &request, args.cmd.interactive)?;
     let mut report = Report::new(Doc::new(), serde_json::Value::Null);
     report.status = Some(u8::try_from(code).unwrap_or(u8::MAX));
     Ok(report)
@@ -177,10 +121,8 @@ fn detached(socket: &std::path::Path, request: &ExecRequest) -> Result<u32, Comm
         )
         .with_hint("run `airlock status` to see the sandbox's health")
     };
-    let mut conn = super::lifecycle::backend::with_socket_path(socket, |p| {
-        std::os::unix::net::UnixStream::connect(p)
-    })
-    .map_err(fail)?;
+    let mut conn =
+        with_socket_path(socket, |p| std::os::unix::net::UnixStream::connect(p)).map_err(fail)?;
     let mut line = serde_json::to_vec(request).map_err(|e| fail(std::io::Error::other(e)))?;
     line.push(b'\n');
     conn.write_all(&[MODE_DETACHED]).map_err(fail)?;

@@ -9,9 +9,10 @@ use airlock_core::names::SandboxName;
 use airlock_core::records::now_ms;
 use clap::Args;
 
-use super::lifecycle::{human_bytes, lifecycle_error, setup};
+use airlock_host::lifecycle::{human_bytes, lifecycle_error};
+
 use super::Report;
-use crate::context::Context;
+use crate::context::{setup, Context};
 use crate::error::CommandError;
 use crate::output::{path_text, Doc, Style};
 

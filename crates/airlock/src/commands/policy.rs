@@ -8,26 +8,20 @@
 //!   does what it says instead of leaving a contradicting rule in force.
 //! - `log` prints the project's sandbox audit log (N7), escaped for the terminal (O1).
 //!
-//! Running sandboxes: after a change, [`apply_live`] asks each running sandbox's keeper to make
-//! its proxy reload (it calls [`current_network`]; [`log::audit_log_path`] is where it audits)
+//! Running sandboxes: after a change, `crate::live::apply_live` asks each running sandbox's
+//! keeper to make its proxy reload (it calls `airlock_host::config::current_network`;
+//! `airlock_host::paths::audit_log_path` is where it audits)
 //! and reports, per sandbox, whether that happened — never an assumed success.
 
 mod check;
 pub mod log;
 mod write;
 
-use std::path::PathBuf;
-
-use airlock_config::effective::Network;
-use airlock_config::{Project, Roots};
-use airlock_core::lifecycle::Stores;
-use airlock_core::names::SandboxName;
-use airlock_core::ownership::{check_process, Liveness};
+use airlock_host::config::current_network;
 use clap::{Args, Subcommand};
 
-use super::project::discover_project;
 use super::Report;
-use crate::context::Context;
+use crate::context::{discover_project, Context};
 use crate::error::CommandError;
 use crate::output::{Doc, Style};
 
@@ -62,68 +56,6 @@ pub fn run(args: PolicyArgs, ctx: &Context) -> Result<Report, CommandError> {
         PolicyCommand::Check(a) => check::run(a, ctx),
         PolicyCommand::Log(a) => log::run(a, ctx),
     }
-}
-
-/// The network configuration a sandbox of `project` enforces now: the user config plus the
-/// project config (trust-aware, C6), with the selected agent's hosts. The keeper calls this
-/// when asked to reload and hands `policy()` to the proxy's `update`.
-pub fn current_network(
-    roots: &Roots,
-    project: Option<Project>,
-    notes: &mut Vec<String>,
-) -> Result<Network, CommandError> {
-    Ok(super::plan::load_effective(roots, project, None, notes)?.network)
-}
-
-/// Sandboxes of this user whose keeper is provably running (R2: pid, start time, command line),
-/// each with its runtime directory (where its keeper's control socket is). A state store that
-/// cannot be read yields none: this only decides what is said, never done.
-pub fn running_sandboxes(roots: &Roots) -> Vec<(SandboxName, PathBuf)> {
-    let Ok(stores) = Stores::open(&roots.state) else {
-        return Vec::new();
-    };
-    let names = stores.names().unwrap_or_default();
-    names
-        .into_iter()
-        .filter_map(|name| {
-            let record = stores.record(&name).ok()??.data;
-            let keeper = record.keeper.as_ref()?;
-            (check_process(keeper) == Liveness::Ours).then_some((name, record.paths.runtime_dir))
-        })
-        .collect()
-}
-
-/// Applies a change of `what` (policy, secrets) to every running sandbox and adds the outcome to
-/// `report`: a note per sandbox that could not apply it, `applied_live` (true only when every
-/// running sandbox applied it) and `running_sandboxes`.
-pub fn apply_live(roots: &Roots, what: &str, changed: bool, report: &mut super::Report) {
-    let running = running_sandboxes(roots);
-    let outcomes = if changed {
-        super::egress::reload::reload_running(&running)
-    } else {
-        Vec::new()
-    };
-    let mut applied = Vec::new();
-    for o in &outcomes {
-        match &o.result {
-            Ok(()) => applied.push(o.name.as_str()),
-            Err(reason) => report.note(format!(
-                "sandbox {} still enforces the previous {what}: {reason} \
-                 (`airlock down`, then `airlock up`, restarts it)",
-                o.name.as_str()
-            )),
-        }
-    }
-    if !applied.is_empty() {
-        report.note(format!(
-            "applied to the running sandboxes without restart: {}",
-            applied.join(", ")
-        ));
-    }
-    report.json["running_sandboxes"] =
-        serde_json::json!(running.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>());
-    report.json["applied_live"] =
-        serde_json::Value::Bool(!outcomes.is_empty() && outcomes.iter().all(|o| o.result.is_ok()));
 }
 
 fn ls(ctx: &Context) -> Result<Report, CommandError> {

@@ -4,43 +4,28 @@
 //! Order of operations:
 //! 1. Validate the whole command line (`-e`, `-w`, `-t` needs a terminal) and the configuration
 //!    (project discovery C4, strict load) before any side effect: exit 2 on any problem.
-//! 2. Build the [`SandboxSpec`] (a plain value: the runtime makes no policy decisions).
-//! 3. Limits: create the sandbox's cgroup (with its janitor, so a SIGKILLed airlock leaves none);
-//!    where the user may not create cgroups, default limits are skipped with a warning naming
-//!    `airlock doctor`, an explicit limit refuses the run.
-//! 4. Start the sandbox; the init stage joins the cgroup before PID 1 exists (the join hook),
-//!    so every sandbox process is inside it.
-//! 5. Exec CMD through the control channel (authenticated stream), stdin streamed with `-i`,
+//! 2. Build the `SandboxSpec` (`airlock_host::run::build_spec`) and attach its egress.
+//! 3. Start the sandbox with its proxy and limits (`airlock_host::run::EphemeralRun`).
+//! 4. Exec CMD through the control channel (authenticated stream), stdin streamed with `-i`,
 //!    a PTY with `-t`; SIGINT/SIGTERM/SIGHUP/SIGQUIT are forwarded to CMD's process group, a
-//!    second one kills it.
-//! 6. Destroy the sandbox and its cgroup, then exit with CMD's status (128+N for signal N).
-//!
-//! If airlock itself dies, the sandbox dies with it (PDEATHSIG chain, control socket EOF) and
-//! the janitor removes the cgroup.
+//!    second one kills it ([`crate::stream`]).
+//! 5. Destroy the sandbox and its cgroup, then exit with CMD's status (128+N for signal N).
 
-use std::collections::BTreeMap;
-use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
-use airlock_config::{env_vars, Effective};
-use airlock_linux::bootstrap::{BootstrapError, STAGE_INIT, STAGE_NAMESPACES, STAGE_ROOTFS};
-use airlock_linux::host::{Sandbox, StartError, StartOptions};
-use airlock_linux::spec::{HostUser, Image, Limit, Limits, Mapping, SandboxSpec};
+use airlock_host::config::load_effective;
+use airlock_host::run::{build_spec, resolve_workdir, EphemeralRun, Phases};
 use clap::Args;
 
-use super::plan::load_effective;
-use super::project::active_project;
 use super::Report;
-use crate::context::{ensure_root, Context};
-use crate::error::{CommandError, ErrorKind};
-
-pub(crate) mod exec;
-pub(crate) mod limits;
+use crate::command_options::CommandOptions;
+use crate::context::{active_project, Context};
+use crate::error::CommandError;
 
 #[derive(Args, Debug)]
 pub struct RunArgs {
     #[command(flatten)]
-    pub cmd: super::exec::CommandOptions,
+    pub cmd: CommandOptions,
     /// Memory limit in MiB for this run only (minimum 256); no file is rewritten
     #[arg(long, value_name = "N")]
     pub memory_mb: Option<u64>,
@@ -52,10 +37,10 @@ pub struct RunArgs {
 /// Runs the command; on success this function does not return (the process exits with CMD's
 /// status, which the report/exit-code path of the CLI cannot carry).
 pub fn run(args: RunArgs, ctx: &Context) -> Result<Report, CommandError> {
-    let mut phases = Phases::new(
-        ctx.var(airlock_config::env_vars::AIRLOCK_TRACE_PHASES)
-            .is_some(),
-    );
+    let traced = ctx
+        .var(airlock_config::env_vars::AIRLOCK_TRACE_PHASES)
+        .is_some();
+    let mut phases = Phases::new(traced.then_some(print_phase as fn(&str, Duration)));
     // 1. Everything is validated before the first side effect.
     let env = args.cmd.validate(ctx)?;
     let roots = ctx.roots()?;
@@ -66,54 +51,22 @@ pub fn run(args: RunArgs, ctx: &Context) -> Result<Report, CommandError> {
         eprintln!("{n}");
     }
     let mut spec = build_spec(&effective, args.cmd.root)?;
-    super::egress::attach(&mut spec, &effective.network, &roots.data)?;
+    airlock_host::egress::attach(&mut spec, &effective.network, &roots.data)?;
     let cwd = resolve_workdir(args.cmd.workdir.as_deref(), &ctx.cwd, &spec)?;
     let request = args.cmd.request(&args.command, env, &cwd)?;
 
     phases.done("validate");
-    super::project::remember_project(&roots, &project)?;
+    airlock_host::project::remember_project(&roots, &project)?;
 
-    // 3.–6.
-    ensure_root(&roots, &roots.runtime)?;
-    let opts = StartOptions {
-        exe: PathBuf::from("/proc/self/exe"),
-        sandboxes_dir: roots.runtime.join("sandboxes"),
-    };
-    // Runtime directories of runs whose airlock was killed (L9: ownership-checked cleanup).
-    airlock_linux::host::sweep_stale(&opts.sandboxes_dir);
+    // 3.–5.
     let project_root = effective.project.as_ref().map(|p| p.root.clone());
-    let mut egress = start_egress(&roots, project_root, &mut spec)?;
-    phases.done("egress");
-    let mut cgroup = limits::prepare(&spec)?;
-    phases.done("cgroup");
-    let started = Sandbox::start(&spec, &opts, &mut |pid| cgroup.join(pid));
-    let sandbox = match started {
-        Ok(s) => s,
-        Err(e) => {
-            cgroup.destroy();
-            return Err(start_error(e));
-        }
-    };
-    let t = sandbox.timings;
-    phases.add("spawn", t.prepare);
-    phases.add("namespaces", t.namespaces);
-    phases.add("maps", t.maps);
-    phases.add("cgroup-join", t.join);
-    phases.add("rootfs+pivot_root", t.rootfs);
-    phases.restart();
-    let outcome = egress
+    let mut sandbox = EphemeralRun::start(&roots, project_root, &mut spec, &mut phases)?;
+    let outcome = sandbox
         .wait_ready()
-        .and_then(|()| exec::run(&sandbox, &request, args.cmd.interactive));
+        .map_err(CommandError::from)
+        .and_then(|()| crate::stream::run(sandbox.sandbox(), &request, args.cmd.interactive));
     phases.done("guest+exec");
-    // CMD is done: the proxy's exit (a multi-threaded process tearing down) overlaps the
-    // sandbox's destruction; it is reaped and its directory removed last.
-    egress.begin_stop();
-    let destroyed = sandbox.destroy(Duration::from_secs(2));
-    phases.done("destroy");
-    cgroup.destroy();
-    phases.done("cgroup-remove");
-    egress.stop();
-    phases.done("egress-stop");
+    let destroyed = sandbox.finish(&mut phases);
     let status = outcome?;
     if let Err(e) = destroyed {
         eprintln!("airlock: warning: {e}");
@@ -121,467 +74,7 @@ pub fn run(args: RunArgs, ctx: &Context) -> Result<Report, CommandError> {
     std::process::exit(status)
 }
 
-/// The ephemeral sandbox's egress proxy (N1), stopped and its directory removed on drop.
-struct RunEgress {
-    dir: std::path::PathBuf,
-    proxy: Option<super::egress::supervisor::ProxySupervisor>,
-}
-
-impl RunEgress {
-    /// Waits until the proxy serves (it starts while the sandbox does).
-    fn wait_ready(&mut self) -> Result<(), CommandError> {
-        match self.proxy.as_mut() {
-            Some(proxy) => proxy.wait_ready().map_err(egress_error),
-            None => Ok(()),
-        }
-    }
-
-    /// Signals the proxy to end, without waiting (see [`RunEgress::stop`]).
-    fn begin_stop(&mut self) {
-        if let Some(proxy) = self.proxy.as_mut() {
-            proxy.begin_stop();
-        }
-    }
-
-    /// Reaps the proxy and removes the egress directory.
-    fn stop(self) {}
-}
-
-fn egress_error(e: super::egress::supervisor::SupervisorError) -> CommandError {
-    CommandError::new(ErrorKind::Failed, "egress.start", e.to_string())
-        .with_hint("check the network configuration with `airlock plan`")
-}
-
-impl Drop for RunEgress {
-    fn drop(&mut self) {
-        drop(self.proxy.take());
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// Creates `<runtime>/egress/<id>/` (0700, with an `owner` marker: this process's pid and start
-/// time, so a run killed before its cleanup leaves a directory the next run's sweep proves stale
-/// and removes) and in it `relay/`, the egress directory bound into the sandbox; starts the
-/// proxy child. The audit log goes to `<state>/runs/<id>/audit.jsonl`, whose directory carries
-/// its own owner marker and outlives the run until the next `clean` (see `lifecycle::runs`).
-fn start_egress(
-    roots: &airlock_config::Roots,
-    project_root: Option<PathBuf>,
-    spec: &mut SandboxSpec,
-) -> Result<RunEgress, CommandError> {
-    use super::egress::{materialize, supervisor::ProxySupervisor, EgressStart};
-    let base = roots.runtime.join("egress");
-    ensure_root(roots, &base)?;
-    airlock_linux::host::sweep_stale(&base);
-    let outer = base.join(&spec.id);
-    let dir = outer.join("relay");
-    let image_root = match &spec.image {
-        Image::Host => PathBuf::from("/"),
-        Image::Directory(p) => p.clone(),
-    };
-    let mut guard = RunEgress {
-        dir: outer.clone(),
-        proxy: None,
-    };
-    ensure_root(roots, &outer)?;
-    let me = airlock_core::ownership::process_identity(std::process::id()).map_err(|e| {
-        CommandError::internal(
-            "egress.owner",
-            format!("cannot read this process's identity: {e}"),
-        )
-    })?;
-    write_marker(
-        &outer.join(airlock_linux::host::OWNER_FILE),
-        format!("{} {}\n", me.pid, me.start_time).as_bytes(),
-    )?;
-    materialize(&dir, roots, &image_root)?;
-    let runs = super::lifecycle::runs::runs_root(&roots.state);
-    ensure_root(roots, &runs)?;
-    let audit = super::lifecycle::runs::create_run_dir(&runs, &spec.id)?
-        .join(super::policy::log::AUDIT_LOG_FILE);
-    let start = EgressStart::new(dir.clone(), project_root, audit);
-    let proxy = ProxySupervisor::launch(start).map_err(egress_error)?;
-    guard.proxy = Some(proxy);
-    if let Some(e) = spec.egress.as_mut() {
-        e.host_dir = dir;
-    }
-    Ok(guard)
-}
-
-/// Writes the owner marker into the fresh egress directory: a new 0600 file, no fsync. The
-/// directory lives in the runtime root, which does not survive a reboot, so durability buys
-/// nothing (an fsync there cost several milliseconds per run on a disk-backed runtime root); a
-/// sweep that reads a marker still being written cannot parse it and leaves the directory alone
-/// (the same rule as the sandbox runtime directories, see `airlock_linux::host::sweep_stale`).
-fn write_marker(path: &Path, content: &[u8]) -> Result<(), CommandError> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-        .and_then(|mut f| f.write_all(content))
-        .map_err(|e| {
-            CommandError::internal(
-                "egress.owner",
-                format!("cannot write {}: {e}", path.display()),
-            )
-        })
-}
-
 /// `AIRLOCK_TRACE_PHASES`: `airlock: phase <name> <ms>` lines on stderr, for scripts/bench.
-struct Phases {
-    enabled: bool,
-    since: std::time::Instant,
-}
-
-impl Phases {
-    fn new(enabled: bool) -> Self {
-        Self {
-            enabled,
-            since: std::time::Instant::now(),
-        }
-    }
-
-    fn add(&self, name: &str, took: Duration) {
-        if self.enabled {
-            eprintln!("airlock: phase {name} {:.3}", took.as_secs_f64() * 1000.0);
-        }
-    }
-
-    fn done(&mut self, name: &str) {
-        self.add(name, self.since.elapsed());
-        self.restart();
-    }
-
-    fn restart(&mut self) {
-        self.since = std::time::Instant::now();
-    }
-}
-
-pub(crate) fn parse_env(items: &[String]) -> Result<BTreeMap<String, String>, CommandError> {
-    let mut env = BTreeMap::new();
-    for item in items {
-        let valid = |k: &str| {
-            !k.is_empty()
-                && !k.contains(['=', '\0'])
-                && !k.starts_with(|c: char| c.is_ascii_digit())
-        };
-        match item.split_once('=') {
-            Some((k, v)) if valid(k) && !v.contains('\0') => {
-                env.insert(k.to_owned(), v.to_owned());
-            }
-            _ => {
-                return Err(CommandError::usage(format!(
-                    "-e {item:?} is not of the form NAME=VALUE"
-                ))
-                .with_hint("write -e NAME=VALUE, e.g. -e RUST_LOG=debug"))
-            }
-        }
-    }
-    Ok(env)
-}
-
-/// The invoking host user: uid/gid of this process, name from `/etc/passwd` (or `$USER`).
-fn host_user(home: &Path) -> HostUser {
-    let uid = rustix::process::getuid().as_raw();
-    let gid = rustix::process::getgid().as_raw();
-    let name = std::fs::read_to_string("/etc/passwd")
-        .ok()
-        .and_then(|text| airlock_linux::doctor::user_name_for(&text, uid))
-        .or_else(|| std::env::var("USER").ok())
-        .unwrap_or_default();
-    HostUser {
-        uid,
-        gid,
-        name,
-        home: home.to_path_buf(),
-    }
-}
-
-pub(crate) fn build_spec(eff: &Effective, root: bool) -> Result<SandboxSpec, CommandError> {
-    use airlock_config::Origin;
-    let image = match &eff.image.value {
-        airlock_config::effective::Image::Host => Image::Host,
-        airlock_config::effective::Image::Directory(p) => Image::Directory(p.clone()),
-        airlock_config::effective::Image::Named(name) => {
-            return Err(CommandError::new(
-                ErrorKind::Config,
-                "image.unsupported",
-                format!("the imported image {name:?} cannot be used by `run` yet"),
-            )
-            .with_hint("set image = \"host\" or a directory rootfs in the config"))
-        }
-    };
-    let explicit = |o: Origin| match o {
-        Origin::Default => false,
-        Origin::User | Origin::Project | Origin::Flag => true,
-    };
-    let limits = Limits {
-        memory_mb: Some(Limit {
-            value: eff.memory_mb.value,
-            explicit: explicit(eff.memory_mb.origin),
-        }),
-        pids_max: Some(Limit {
-            value: eff.pids_max.value,
-            explicit: explicit(eff.pids_max.origin),
-        }),
-        cpus: eff.cpus.value.map(|value| Limit {
-            value,
-            explicit: explicit(eff.cpus.origin),
-        }),
-    };
-    let user = host_user(&eff.home.sandbox_path);
-    let home = eff.home.sandbox_path.to_string_lossy().into_owned();
-    let id = sandbox_id();
-    Ok(SandboxSpec {
-        hostname: "airlock".to_owned(),
-        image,
-        workspaces: eff
-            .workspaces
-            .iter()
-            .map(|w| Mapping {
-                host: w.host_path.clone(),
-                sandbox: w.sandbox_path.clone(),
-                writable: true,
-            })
-            .collect(),
-        mounts: eff
-            .mounts
-            .iter()
-            .map(|m| Mapping {
-                host: m.host_path.clone(),
-                sandbox: m.sandbox_path.clone(),
-                writable: !m.read_only,
-            })
-            .collect(),
-        env: vec![
-            (
-                env_vars::PATH.to_owned(),
-                "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_owned(),
-            ),
-            (
-                env_vars::LANG.to_owned(),
-                env_vars::SANDBOX_LOCALE.to_owned(),
-            ),
-            (env_vars::HOME.to_owned(), home),
-        ],
-        user,
-        limits,
-        require_root: root,
-        id,
-        egress: None,
-    })
-}
-
-/// `run-<pid>-<random>`: unique among this user's live sandboxes, `[a-z0-9-]`.
-fn sandbox_id() -> String {
-    let mut b = [0u8; 4];
-    let _ = getrandom_bytes(&mut b);
-    let r: String = b.iter().map(|x| format!("{x:02x}")).collect();
-    format!("run-{}-{r}", std::process::id())
-}
-
-fn getrandom_bytes(buf: &mut [u8]) -> std::io::Result<()> {
-    use std::io::Read;
-    std::fs::File::open("/dev/urandom")?.read_exact(buf)
-}
-
-/// The working directory inside the sandbox: `-w` (relative to the current directory), else
-/// the current directory when it is mapped, else the first workspace. It must lie inside a
-/// workspace, a mount or the sandbox home once symlinks are resolved; `/proc` paths (e.g.
-/// `/proc/self/fd/N`, which would name a host descriptor) and `..` escapes are refused.
-pub(crate) fn resolve_workdir(
-    requested: Option<&Path>,
-    cwd: &Path,
-    spec: &SandboxSpec,
-) -> Result<PathBuf, CommandError> {
-    let mapped: Vec<&Path> = spec
-        .workspaces
-        .iter()
-        .chain(spec.mounts.iter())
-        .map(|m| m.sandbox.as_path())
-        .collect();
-    let home = spec.user.home.as_path();
-    let refuse = |p: &Path, why: &str| {
-        CommandError::usage(format!("-w {}: {why}", p.display())).with_hint(
-            "pass a directory inside the project's workspace, a configured mount or $HOME",
-        )
-    };
-    let Some(req) = requested else {
-        let inside = mapped.iter().any(|m| cwd.starts_with(m));
-        return Ok(if inside {
-            cwd.to_path_buf()
-        } else {
-            mapped
-                .first()
-                .map(|m| m.to_path_buf())
-                .unwrap_or_else(|| home.to_path_buf())
-        });
-    };
-    let joined =
-        normalize(&cwd.join(req)).ok_or_else(|| refuse(req, "escapes the root with '..'"))?;
-    if joined.starts_with("/proc") || joined.starts_with("/dev") {
-        return Err(refuse(req, "paths through /proc or /dev are not allowed"));
-    }
-    if let Some(m) = mapped.iter().find(|m| joined.starts_with(m)) {
-        // Same path on the host: resolve symlinks there and require the result to stay inside.
-        let real = std::fs::canonicalize(&joined)
-            .map_err(|e| refuse(req, &format!("cannot be resolved ({e})")))?;
-        if !real.starts_with(m) || !real.is_dir() {
-            return Err(refuse(
-                req,
-                "resolves outside the mapped directory or is not a directory",
-            ));
-        }
-        return Ok(real);
-    }
-    if joined.starts_with(home) {
-        // The sandbox's own home starts empty: only the home itself exists at start.
-        if joined == home {
-            return Ok(joined);
-        }
-        return Err(refuse(req, "does not exist in the sandbox's (empty) home"));
-    }
-    Err(refuse(req, "is outside the sandbox's mapped directories"))
-}
-
-/// Lexical normalization of an absolute path; `None` when `..` climbs above `/`.
-fn normalize(path: &Path) -> Option<PathBuf> {
-    let mut out = PathBuf::from("/");
-    for c in path.components() {
-        match c {
-            Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
-            Component::ParentDir => {
-                if !out.pop() {
-                    return None;
-                }
-            }
-            Component::Normal(n) => out.push(n),
-        }
-    }
-    Some(out)
-}
-
-/// Classifies a start failure (PRODUCT O5: 69 when the host cannot provide the backend).
-pub(crate) fn start_error(e: StartError) -> CommandError {
-    let doctor = "run `airlock doctor` to see what this host is missing";
-    match &e {
-        StartError::RootUnavailable { .. } => CommandError::new(
-            ErrorKind::BackendUnavailable,
-            "run.root_unavailable",
-            e.to_string(),
-        )
-        .with_hint("run without --root, or add subordinate ids (see `airlock doctor`)"),
-        StartError::IdMap(_) => CommandError::new(
-            ErrorKind::BackendUnavailable,
-            "backend.idmap",
-            e.to_string(),
-        )
-        .with_hint(doctor),
-        StartError::Init { source } => match source {
-            BootstrapError::Remote { stage, message } if stage == STAGE_NAMESPACES => {
-                CommandError::new(
-                    ErrorKind::BackendUnavailable,
-                    "backend.namespaces",
-                    format!(
-                        "this host does not let airlock create the sandbox's namespaces \
-                         (user, mount, pid, net, uts, ipc, cgroup): {message}"
-                    ),
-                )
-                .with_hint(doctor)
-            }
-            BootstrapError::Remote { stage, message } if stage == STAGE_ROOTFS => {
-                CommandError::new(
-                    ErrorKind::BackendUnavailable,
-                    "backend.rootfs",
-                    format!(
-                        "this host cannot build the sandbox's root filesystem (overlayfs, tmpfs, \
-                         proc and sysfs inside a user namespace): {message}"
-                    ),
-                )
-                .with_hint(doctor)
-            }
-            BootstrapError::Remote { stage, .. } => {
-                debug_assert!(stage == STAGE_INIT || !stage.is_empty());
-                CommandError::internal("run.start", e.to_string()).with_hint(doctor)
-            }
-            BootstrapError::Read(_)
-            | BootstrapError::Decode(_)
-            | BootstrapError::Sync(_)
-            | BootstrapError::Closed { .. }
-            | BootstrapError::Unexpected { .. } => {
-                CommandError::internal("run.start", e.to_string()).with_hint(doctor)
-            }
-        },
-        StartError::Limits(_) => CommandError::new(
-            ErrorKind::BackendUnavailable,
-            "backend.cgroup",
-            e.to_string(),
-        )
-        .with_hint(doctor),
-        StartError::Create { .. } | StartError::Io { .. } | StartError::Spawn { .. } => {
-            CommandError::internal("run.start", e.to_string())
-                .with_hint("check the permissions of airlock's runtime directory")
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn spec_with(ws: &Path, home: &Path) -> SandboxSpec {
-        SandboxSpec {
-            id: "t".into(),
-            image: Image::Host,
-            workspaces: vec![Mapping {
-                host: ws.into(),
-                sandbox: ws.into(),
-                writable: true,
-            }],
-            mounts: vec![],
-            user: HostUser {
-                uid: 1,
-                gid: 1,
-                name: "u".into(),
-                home: home.into(),
-            },
-            hostname: "h".into(),
-            env: vec![],
-            limits: Limits::default(),
-            require_root: false,
-            egress: None,
-        }
-    }
-
-    #[test]
-    fn env_items_must_be_name_equals_value() {
-        assert!(parse_env(&["A=1".into(), "B=".into()]).is_ok());
-        for bad in ["A", "=1", "1A=x"] {
-            assert_eq!(parse_env(&[bad.into()]).unwrap_err().kind, ErrorKind::Usage);
-        }
-    }
-
-    #[test]
-    fn workdir_through_proc_fd_or_outside_mappings_is_refused() {
-        let tmp = tempfile::tempdir().unwrap();
-        let ws = std::fs::canonicalize(tmp.path()).unwrap();
-        std::fs::create_dir(ws.join("sub")).unwrap();
-        std::os::unix::fs::symlink("/etc", ws.join("out")).unwrap();
-        let spec = spec_with(&ws, Path::new("/home/u"));
-        let ok = resolve_workdir(Some(Path::new("sub")), &ws, &spec).unwrap();
-        assert_eq!(ok, ws.join("sub"));
-        for bad in ["/proc/self/fd/3", "/etc", "out", "../..", "/dev/fd/4"] {
-            assert!(
-                resolve_workdir(Some(Path::new(bad)), &ws, &spec).is_err(),
-                "{bad} was accepted"
-            );
-        }
-        assert_eq!(
-            resolve_workdir(Some(Path::new("/home/u")), &ws, &spec).unwrap(),
-            PathBuf::from("/home/u")
-        );
-    }
+fn print_phase(name: &str, took: Duration) {
+    eprintln!("airlock: phase {name} {:.3}", took.as_secs_f64() * 1000.0);
 }

@@ -25,10 +25,10 @@ use airlock_secrets::{
 };
 use clap::{Args, Subcommand};
 
-use super::policy::current_network;
-use super::project::discover_project;
+use airlock_host::config::current_network;
+
 use super::Report;
-use crate::context::Context;
+use crate::context::{discover_project, Context};
 use crate::error::{CommandError, ErrorKind};
 use crate::output::{Doc, Style};
 
@@ -222,7 +222,7 @@ fn store_exists(roots: &Roots) -> bool {
 
 /// Adds what running sandboxes see of the change (see `policy`'s module docs).
 fn finish(report: &mut Report, roots: &Roots) {
-    super::policy::apply_live(roots, "secrets", true, report);
+    crate::live::apply_live(roots, "secrets", true, report);
 }
 
 fn info_fields(doc: &mut Doc, info: &SecretInfo) {

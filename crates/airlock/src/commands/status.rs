@@ -6,9 +6,10 @@ use airlock_core::lifecycle::{self, Health, StatusReport};
 use airlock_core::records::utc_text;
 use clap::Args;
 
-use super::lifecycle::{human_bytes, lifecycle_error, resolve_name, setup};
+use airlock_host::lifecycle::{human_bytes, lifecycle_error};
+
 use super::Report;
-use crate::context::Context;
+use crate::context::{resolve_name, setup, Context};
 use crate::error::{CommandError, ErrorKind};
 use crate::output::{path_text, Doc, Style};
 

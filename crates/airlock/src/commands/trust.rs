@@ -12,9 +12,8 @@ use airlock_config::effective::LoadedFile;
 use airlock_core::TrustStore;
 use clap::Args;
 
-use super::project::active_project;
 use super::Report;
-use crate::context::{ensure_root, Context};
+use crate::context::{active_project, ensure_root, Context};
 use crate::error::{CommandError, ErrorKind};
 use crate::output::{path_text, Doc, Style};
 
@@ -30,7 +29,7 @@ pub fn run_trust(_args: TrustArgs, ctx: &Context) -> Result<Report, CommandError
     // Validate first: errors are reported (exit 2) and nothing is recorded. The digest trusted
     // is the one of the bytes that were validated.
     let effective =
-        super::plan::load_effective(&roots, Some(project.clone()), None, &mut Vec::new())?;
+        airlock_host::config::load_effective(&roots, Some(project.clone()), None, &mut Vec::new())?;
     let sha256 = match effective.files.project {
         Some(LoadedFile {
             present: true,

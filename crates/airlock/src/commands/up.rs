@@ -21,16 +21,16 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use airlock_core::lifecycle::{self, Observer, UpRequest};
-use airlock_core::records::{MappingSummary, PlanSummary};
-use airlock_linux::spec::{Image, SandboxSpec};
-use airlock_protocol::{ExecRequest, ExecUser, Key};
+use airlock_protocol::{ExecRequest, ExecUser};
 use clap::Args;
 use nix::sys::signal::{SigSet, Signal};
 
-use super::lifecycle::{lifecycle_error, parse_duration, resolve_name, setup};
-use super::plan::load_effective;
+use airlock_host::config::load_effective;
+use airlock_host::lifecycle::{key_of, lifecycle_error, parse_duration, plan_summary};
+use airlock_host::Host;
+
 use super::Report;
-use crate::context::Context;
+use crate::context::{active_project, resolve_name, setup, Context};
 use crate::error::CommandError;
 use crate::output::{Doc, Style};
 
@@ -64,15 +64,15 @@ pub fn run(args: UpArgs, ctx: &Context) -> Result<Report, CommandError> {
     }
     let project = match project {
         Some(p) => p,
-        None => super::project::active_project(ctx)?,
+        None => active_project(ctx)?,
     };
     let roots = ctx.roots()?;
     let mut notes = Vec::new();
     let effective = load_effective(&roots, Some(project.clone()), args.memory_mb, &mut notes)?;
-    let mut spec = super::run::build_spec(&effective, false)?;
-    super::egress::attach(&mut spec, &effective.network, &roots.data)?;
+    let mut spec = airlock_host::run::build_spec(&effective, false)?;
+    airlock_host::egress::attach(&mut spec, &effective.network, &roots.data)?;
     let plan = plan_summary(&spec);
-    super::project::remember_project(&roots, &project)?;
+    airlock_host::project::remember_project(&roots, &project)?;
 
     let cancel = CtrlC::install();
     let setup = setup(ctx, true)?;
@@ -82,7 +82,7 @@ pub fn run(args: UpArgs, ctx: &Context) -> Result<Report, CommandError> {
         plan,
         spec,
         paths: setup.paths(&name),
-        lock_wait: super::lifecycle::lock_wait(),
+        lock_wait: airlock_host::lifecycle::lock_wait(),
         timeout: args.timeout.unwrap_or(DEFAULT_TIMEOUT),
     };
     let mut progress = Progress::new();
@@ -144,7 +144,7 @@ fn outcome_notes(outcome: &lifecycle::UpOutcome) -> Vec<String> {
     for (n, health, freed) in &outcome.cleaned.cleaned {
         notes.push(format!(
             "note: cleaned up {health} sandbox {n} ({} freed)",
-            super::lifecycle::human_bytes(freed.bytes)
+            airlock_host::lifecycle::human_bytes(freed.bytes)
         ));
     }
     notes
@@ -179,30 +179,9 @@ fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// The parts of the spec L1 compares.
-pub fn plan_summary(spec: &SandboxSpec) -> PlanSummary {
-    let map = |m: &airlock_linux::spec::Mapping| MappingSummary {
-        host: m.host.clone(),
-        sandbox: m.sandbox.clone(),
-        writable: m.writable,
-    };
-    PlanSummary {
-        image: match &spec.image {
-            Image::Host => "host".to_owned(),
-            Image::Directory(p) => format!("directory {}", p.display()),
-        },
-        workspaces: spec.workspaces.iter().map(map).collect(),
-        mounts: spec.mounts.iter().map(map).collect(),
-        home: spec.user.home.clone(),
-        memory_mb: spec.limits.memory_mb.map(|l| l.value),
-        pids_max: spec.limits.pids_max.map(|l| l.value),
-        cpus: spec.limits.cpus.map(|l| l.value),
-    }
-}
-
 /// An interactive login shell in the sandbox (until sessions exist).
 fn attach(
-    setup: &super::lifecycle::Setup,
+    setup: &Host,
     record: &airlock_core::records::SandboxRecord,
 ) -> Result<i32, CommandError> {
     use airlock_core::backend::Backend;
@@ -224,21 +203,9 @@ fn attach(
             .first()
             .map(|w| w.sandbox.to_string_lossy().into_owned()),
         user: ExecUser::Sandbox,
-        tty: Some(super::run::exec::tty_request()),
+        tty: Some(crate::stream::tty_request()),
     };
-    super::run::exec::run_stream(channel.stream, &key, &request, true)
-}
-
-/// The epoch key as the protocol wants it.
-pub fn key_of(bytes: &[u8]) -> Result<Key, CommandError> {
-    let arr: [u8; 32] = bytes.try_into().map_err(|_| {
-        CommandError::internal(
-            "exec.key",
-            format!("the sandbox's key file holds {} bytes, not 32", bytes.len()),
-        )
-        .with_hint("run `airlock down` and `airlock up` to start a fresh epoch")
-    })?;
-    Ok(Key::from_bytes(arr))
+    crate::stream::run_stream(channel.stream, &key, &request, true)
 }
 
 /// Progress on stderr (PRODUCT O3): one line per phase, or one live line on a terminal that

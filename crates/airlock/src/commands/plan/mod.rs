@@ -16,18 +16,13 @@
 mod render;
 mod running;
 
-use std::cell::RefCell;
-use std::path::Path;
-
-use airlock_config::{Effective, LoadRequest, Overrides, Roots};
-use airlock_core::{TrustError, TrustStore};
 use airlock_secrets::SecretStore;
 use clap::Args;
 
-use super::project::discover_project;
 use super::Report;
-use crate::context::Context;
+use crate::context::{discover_project, Context};
 use crate::error::CommandError;
+use airlock_host::config::load_effective;
 
 #[derive(Args, Debug)]
 pub struct PlanArgs {
@@ -71,41 +66,4 @@ pub fn run(args: PlanArgs, ctx: &Context) -> Result<Report, CommandError> {
         report.note(n);
     }
     Ok(report)
-}
-
-/// Loads and validates the user and project configuration, with trust looked up read-only.
-/// A trust store that cannot be read counts as "untrusted" (fail closed) and adds a note.
-pub fn load_effective(
-    roots: &Roots,
-    project: Option<airlock_config::Project>,
-    memory_mb: Option<u64>,
-    notes: &mut Vec<String>,
-) -> Result<Effective, CommandError> {
-    let store = TrustStore::open(&roots.state)?;
-    let failure: RefCell<Option<TrustError>> = RefCell::new(None);
-    let is_trusted = |root: &Path, sha256: &str| match store.is_trusted(root, sha256) {
-        Ok(trusted) => trusted,
-        Err(e) => {
-            failure.borrow_mut().get_or_insert(e);
-            false
-        }
-    };
-    let request = LoadRequest {
-        roots,
-        project: project.as_ref(),
-        overrides: Overrides { memory_mb },
-        is_trusted: &is_trusted,
-    };
-    let effective = airlock_config::load(&request)?;
-    if let Some(e) = failure.into_inner() {
-        notes.push(format!(
-            "warning: cannot read the trust store ({e}); the project is treated as untrusted"
-        ));
-    }
-    Ok(effective)
-}
-
-/// Validates the user config alone (after `airlock config` opened it in an editor).
-pub fn validate_user_config(roots: &Roots) -> Result<(), CommandError> {
-    load_effective(roots, None, None, &mut Vec::new()).map(drop)
 }

@@ -86,9 +86,9 @@ fn compare_named(
     effective: &Effective,
     name: &SandboxName,
 ) -> Result<Comparison, CommandError> {
-    let setup = super::super::lifecycle::setup(ctx, false)?;
+    let setup = crate::context::setup(ctx, false)?;
     let report = lifecycle::status(&setup.stores, &setup.backend, name)
-        .map_err(super::super::lifecycle::lifecycle_error)?;
+        .map_err(airlock_host::lifecycle::lifecycle_error)?;
     let health = report.health;
     let verdict = match health {
         Health::Absent => Verdict::Absent,
@@ -101,9 +101,9 @@ fn compare_named(
         return Ok(out);
     };
     let roots = ctx.roots()?;
-    let mut spec = super::super::run::build_spec(effective, false)?;
-    super::super::egress::attach(&mut spec, &effective.network, &roots.data)?;
-    let planned = super::super::up::plan_summary(&spec);
+    let mut spec = airlock_host::run::build_spec(effective, false)?;
+    airlock_host::egress::attach(&mut spec, &effective.network, &roots.data)?;
+    let planned = airlock_host::lifecycle::plan_summary(&spec);
     out.differences = diff_plans(&record.plan, &planned);
     if !out.differences.is_empty() {
         out.verdict = Verdict::Refuse;

@@ -12,12 +12,11 @@ use airlock_config::policy::{parse_target, Policy};
 use airlock_config::{Decision, RuleOrigin};
 use clap::Args;
 
-use super::super::project::discover_project;
 use super::super::Report;
-use super::current_network;
-use crate::context::Context;
+use crate::context::{discover_project, Context};
 use crate::error::{CommandError, ErrorKind};
 use crate::output::{Doc, Style};
+use airlock_host::config::current_network;
 
 #[derive(Args, Debug)]
 pub struct CheckArgs {

@@ -1,8 +1,8 @@
 //! `airlock policy log [--follow] [--json]`: the audit log of the project's sandbox (N7).
 //!
-//! Where the log is: `<sandbox state dir>/`[`AUDIT_LOG_FILE`], the state directory being the
-//! one recorded in the sandbox's lifecycle record (the keeper opens the proxy's `AuditLog`
-//! there). No record, or no file yet: the command says so and exits 0.
+//! Where the log is: `<sandbox state dir>/audit.jsonl` (`airlock_host::paths::audit_log_path`),
+//! the state directory being the one recorded in the sandbox's lifecycle record (the keeper
+//! opens the proxy's `AuditLog` there). No record, or no file yet: the command says so and exits 0.
 //!
 //! The log is rotated by size (`audit.jsonl.1` … are older); both forms read the rotated files
 //! and the current one in order. A line with `repeated: N` stands for N identical denials.
@@ -20,26 +20,17 @@ use std::time::Duration;
 use airlock_config::Roots;
 use airlock_core::lifecycle::Stores;
 use airlock_core::names::SandboxName;
-use airlock_core::records::SandboxPaths;
+use airlock_host::paths::audit_log_path;
 use airlock_proxy::audit::{AuditEntry, AuditError, AuditFollower, Verdict};
 use clap::Args;
 
-use super::super::lifecycle::resolve_name;
 use super::super::Report;
-use crate::context::Context;
+use crate::context::{resolve_name, Context};
 use crate::error::CommandError;
 use crate::output::{escape_untrusted, path_text, Doc, Style};
 
-/// The audit log's file name inside a sandbox's state directory.
-pub const AUDIT_LOG_FILE: &str = "audit.jsonl";
-
 /// How often `--follow` looks for new lines.
 const FOLLOW_INTERVAL: Duration = Duration::from_millis(200);
-
-/// Where the keeper writes, and `policy log` reads, the audit log of a sandbox.
-pub fn audit_log_path(paths: &SandboxPaths) -> PathBuf {
-    paths.state_dir.join(AUDIT_LOG_FILE)
-}
 
 #[derive(Args, Debug)]
 pub struct LogArgs {

@@ -12,12 +12,12 @@ use airlock_config::policy::{HostMatch, HostPattern, DEFAULT_PORTS};
 use airlock_config::Action;
 use clap::Args;
 
-use super::super::project::discover_project;
 use super::super::Report;
-use super::{apply_live, current_network};
-use crate::context::{ensure_root, Context};
+use crate::context::{discover_project, ensure_root, Context};
 use crate::error::{CommandError, ErrorKind};
+use crate::live::apply_live;
 use crate::output::{path_text, Doc, Style};
+use airlock_host::config::current_network;
 
 #[derive(Args, Debug)]
 pub struct PatternArgs {

@@ -10,7 +10,7 @@ use airlock_linux::cgroup::{Cgroup, CgroupError, CgroupLimits};
 use airlock_linux::spec::SandboxSpec;
 use airlock_linux::sys::janitor::Janitor;
 
-use crate::error::{CommandError, ErrorKind};
+use crate::error::{ErrorKind, HostError};
 
 /// The cgroup of one run, or nothing when default limits were skipped.
 pub struct RunCgroup {
@@ -39,7 +39,7 @@ impl RunCgroup {
 }
 
 /// Creates the cgroup with the spec's limits (see the module docs for the skip rule).
-pub fn prepare(spec: &SandboxSpec) -> Result<RunCgroup, CommandError> {
+pub fn prepare(spec: &SandboxSpec) -> Result<RunCgroup, HostError> {
     let l = &spec.limits;
     let limits = CgroupLimits {
         memory_bytes: l.memory_mb.map(|m| m.value.saturating_mul(1024 * 1024)),
@@ -55,7 +55,7 @@ pub fn prepare(spec: &SandboxSpec) -> Result<RunCgroup, CommandError> {
     .flatten()
     .collect();
     let unavailable = |e: CgroupError| {
-        CommandError::new(
+        HostError::new(
             ErrorKind::BackendUnavailable,
             "backend.cgroup",
             e.to_string(),
@@ -79,7 +79,7 @@ pub fn prepare(spec: &SandboxSpec) -> Result<RunCgroup, CommandError> {
                 );
                 Ok(RunCgroup { cgroup: None })
             } else {
-                Err(CommandError::new(
+                Err(HostError::new(
                     ErrorKind::BackendUnavailable,
                     "backend.cgroup",
                     format!(

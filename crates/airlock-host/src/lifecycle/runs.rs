@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use airlock_core::ownership::{self, Liveness};
 use airlock_core::records::ProcessIdentity;
 
-use crate::error::CommandError;
+use crate::error::HostError;
 
 /// The file naming the `run` process that owns a `<state>/runs/<id>/` directory.
 pub const OWNER_MARKER: &str = ".airlock-run-owner";
@@ -35,10 +35,10 @@ pub fn runs_root(state_root: &Path) -> PathBuf {
 
 /// Creates `<runs>/<id>/` (0700, must not exist) with this process's owner marker; returns it.
 /// The caller has made `runs` a private root already.
-pub fn create_run_dir(runs: &Path, id: &str) -> Result<PathBuf, CommandError> {
+pub fn create_run_dir(runs: &Path, id: &str) -> Result<PathBuf, HostError> {
     let dir = runs.join(id);
     let fail = |what: &str, path: &Path, e: &dyn std::fmt::Display| {
-        CommandError::internal(
+        HostError::internal(
             "run.state",
             format!("cannot {what} {}: {e}", path.display()),
         )

@@ -34,7 +34,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::net::{TcpStream, UnixListener};
 
 use super::{ca_dir, port_socket, EgressStart, PROXY_SOCKET};
-use crate::commands::lifecycle::backend::with_socket_path;
+use crate::lifecycle::backend::with_socket_path;
 
 /// Entry point of the hidden verb; returns the exit status.
 pub fn main(_args: &[OsString]) -> i32 {
@@ -151,7 +151,7 @@ impl Loaded {
             None => None,
         };
         let mut notes = Vec::new();
-        let network = crate::commands::policy::current_network(&roots, project, &mut notes)
+        let network = crate::config::current_network(&roots, project, &mut notes)
             .map_err(|e| e.message.clone())?;
         let bindings = if roots.data.join("secrets").exists() {
             SecretStore::open(&roots.data)

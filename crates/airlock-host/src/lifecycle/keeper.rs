@@ -44,10 +44,10 @@ use super::backend::{
     with_socket_path, KeeperReport, StartRequest, EXIT_NOTE, MODE_DETACHED, MODE_RELOAD,
     MODE_STREAM, SOCKET, START_FILE,
 };
-use crate::commands::egress::supervisor::ProxySupervisor;
-use crate::commands::run::limits::{self, RunCgroup};
-use crate::commands::run::start_error;
+use crate::egress::supervisor::ProxySupervisor;
 use crate::error::ErrorKind;
+use crate::run::limits::{self, RunCgroup};
+use crate::run::start_error;
 
 /// How long a client has to send its mode byte (and request) before it is dropped.
 const CLIENT_PREAMBLE: Duration = Duration::from_secs(5);
@@ -193,7 +193,7 @@ fn start_egress(req: &StartRequest) -> Result<SharedProxy, KeeperReport> {
         airlock_linux::spec::Image::Host => PathBuf::from("/"),
         airlock_linux::spec::Image::Directory(p) => p.clone(),
     };
-    crate::commands::egress::materialize(&egress.dir, &roots, &image_root)
+    crate::egress::materialize(&egress.dir, &roots, &image_root)
         .map_err(|e| failed(e.message, false))?;
     let proxy =
         ProxySupervisor::launch(egress.clone()).map_err(|e| failed(e.to_string(), false))?;

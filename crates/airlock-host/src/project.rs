@@ -1,4 +1,5 @@
-//! Finding the active project (PRODUCT C4) for the verbs, through `airlock_config::project`.
+//! Finding the active project (PRODUCT C4) from a working directory, through
+//! `airlock_config::project`.
 
 use std::path::Path;
 
@@ -6,18 +7,18 @@ use airlock_config::project::{self, Project, ProjectError};
 use airlock_config::Roots;
 use airlock_core::KnownRoots;
 
-use crate::context::{ensure_root, Context};
-use crate::error::{CommandError, ErrorKind};
+use crate::error::{ErrorKind, HostError};
+use crate::paths::ensure_root;
 
 /// The active project, if any. Refuses when the project found is an ancestor of a project
 /// root airlock has used that contains the working directory (C7): its markers were deleted,
 /// and mapping the ancestor would widen the workspace.
-pub fn discover_project(ctx: &Context) -> Result<Option<Project>, CommandError> {
-    let Some(found) = project::discover(&ctx.cwd)? else {
+pub fn discover_project(cwd: &Path) -> Result<Option<Project>, HostError> {
+    let Some(found) = project::discover(cwd)? else {
         return Ok(None);
     };
-    let roots = ctx.roots()?;
-    let dir = ctx.cwd.canonicalize().unwrap_or_else(|_| ctx.cwd.clone());
+    let roots = Roots::from_env(|k| std::env::var_os(k))?;
+    let dir = cwd.canonicalize().unwrap_or_else(|_| cwd.to_path_buf());
     match KnownRoots::open(&roots.state)?.widened_from(&found.root, &dir)? {
         None => Ok(Some(found)),
         Some(remembered) => Err(widened(&dir, &remembered, &found.root, &roots.state)),
@@ -25,14 +26,14 @@ pub fn discover_project(ctx: &Context) -> Result<Option<Project>, CommandError> 
 }
 
 /// Remembers the project root a sandbox is built for (after validation, before the sandbox).
-pub fn remember_project(roots: &Roots, project: &Project) -> Result<(), CommandError> {
+pub fn remember_project(roots: &Roots, project: &Project) -> Result<(), HostError> {
     ensure_root(roots, &roots.state)?;
     KnownRoots::open(&roots.state)?.remember(&project.root)?;
     Ok(())
 }
 
-fn widened(dir: &Path, remembered: &Path, found: &Path, state: &Path) -> CommandError {
-    CommandError::new(
+fn widened(dir: &Path, remembered: &Path, found: &Path, state: &Path) -> HostError {
+    HostError::new(
         ErrorKind::Config,
         "project.widened",
         format!(
@@ -56,24 +57,24 @@ fn widened(dir: &Path, remembered: &Path, found: &Path, state: &Path) -> Command
 }
 
 /// The active project; an error pointing at `airlock init` when there is none.
-pub fn active_project(ctx: &Context) -> Result<Project, CommandError> {
-    discover_project(ctx)?.ok_or_else(|| no_project(ctx))
+pub fn active_project(cwd: &Path) -> Result<Project, HostError> {
+    discover_project(cwd)?.ok_or_else(|| no_project(cwd))
 }
 
 /// The error for a working directory outside every project.
-pub fn no_project(ctx: &Context) -> CommandError {
-    CommandError::new(
+pub fn no_project(cwd: &Path) -> HostError {
+    HostError::new(
         ErrorKind::Config,
         "project.none",
         format!(
             "{} is not inside a project (no .airlock/ directory and no git work tree above it)",
-            ctx.cwd.display()
+            cwd.display()
         ),
     )
     .with_hint("run `airlock init` at the project root")
 }
 
-impl From<ProjectError> for CommandError {
+impl From<ProjectError> for HostError {
     fn from(e: ProjectError) -> Self {
         let (kind, code, hint) = match &e {
             ProjectError::AlreadyInitialized { .. } | ProjectError::OwnedByAncestor { .. } => (
@@ -87,6 +88,6 @@ impl From<ProjectError> for CommandError {
                 "check that the working directory exists and is readable",
             ),
         };
-        CommandError::new(kind, code, e.to_string()).with_hint(hint)
+        HostError::new(kind, code, e.to_string()).with_hint(hint)
     }
 }

@@ -78,7 +78,7 @@ pub struct StartRequest {
     pub runtime_dir: PathBuf,
     /// The egress proxy to run beside the sandbox (absent: the sandbox has no way out).
     #[serde(default)]
-    pub egress: Option<crate::commands::egress::EgressStart>,
+    pub egress: Option<crate::egress::EgressStart>,
 }
 
 /// The keeper's one-line report on its stdout.
@@ -250,10 +250,10 @@ impl Backend for LinuxBackend {
         spec.id = record.epoch.instance.clone();
         let egress = spec.egress.as_mut().map(|e| {
             e.host_dir = record.paths.runtime_dir.join(EGRESS_DIR);
-            crate::commands::egress::EgressStart::new(
+            crate::egress::EgressStart::new(
                 e.host_dir.clone(),
                 Some(record.project_root.clone()),
-                crate::commands::policy::log::audit_log_path(&record.paths),
+                crate::paths::audit_log_path(&record.paths),
             )
         });
         let request = StartRequest {

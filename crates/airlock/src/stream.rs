@@ -1,4 +1,5 @@
-//! Running the one command of `airlock run` through the control channel.
+//! Streaming one command of `run`, `exec` or `up` through a sandbox's control channel, with
+//! the host terminal in raw mode for `-t`.
 //!
 //! The stream is opened over the control socket (`SCM_RIGHTS`) and authenticated with the
 //! per-epoch key. SIGINT, SIGTERM and SIGHUP sent to airlock are forwarded to the command's

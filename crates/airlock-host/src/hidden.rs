@@ -1,8 +1,10 @@
-//! Hidden verbs of the `airlock` executable, dispatched on argv before clap sees it.
+//! Hidden verbs of the `airlock` executable, as library functions the binary dispatches on
+//! argv before clap sees it ([`dispatch`]).
 //!
 //! The guest side of a sandbox runs as a hidden verb of this same binary (docs/architecture.md),
 //! started inside the new namespaces; it must never appear in `--help` and must not depend on
-//! clap's parsing of the public surface. The runtime owns the verbs added here.
+//! clap's parsing of the public surface. Three verbs: `__init` ([`init`]), `__keeper`
+//! ([`crate::lifecycle::keeper::main`]) and `__proxy` ([`crate::egress::child::main`]).
 //!
 //! `airlock __init` (see `airlock_linux::init`): builds the sandbox (namespaces, rootfs,
 //! `pivot_root`) and, in PID 1, becomes the guest (`airlock_guest::pid1::run`) with the
@@ -24,19 +26,19 @@ pub fn dispatch(args: &[OsString]) -> Option<i32> {
     if verb == airlock_linux::bootstrap::INIT_VERB && args.len() == 2 {
         return Some(init());
     }
-    // The host-side owner of a persistent sandbox (`airlock up`); see commands::lifecycle.
-    if verb == crate::commands::lifecycle::backend::KEEPER_VERB && args.len() == 3 {
-        return Some(crate::commands::lifecycle::keeper::main(args));
+    // The host-side owner of a persistent sandbox (`airlock up`); see crate::lifecycle.
+    if verb == crate::lifecycle::backend::KEEPER_VERB && args.len() == 3 {
+        return Some(crate::lifecycle::keeper::main(args));
     }
-    // The egress proxy of one sandbox, supervised by its owner (commands::egress).
-    if verb == crate::commands::egress::PROXY_VERB && args.len() == 3 {
-        return Some(crate::commands::egress::child::main(args));
+    // The egress proxy of one sandbox, supervised by its owner (crate::egress).
+    if verb == crate::egress::PROXY_VERB && args.len() == 3 {
+        return Some(crate::egress::child::main(args));
     }
     None
 }
 
 /// The init stage; returns in PID 1 only, once the guest has stopped.
-fn init() -> i32 {
+pub fn init() -> i32 {
     // The confinement (with the compiled seccomp program) is prepared before the sandbox reports
     // `ready`: if the filter cannot be built, the start fails and nothing runs.
     match airlock_linux::init::run(confinements) {

@@ -32,7 +32,7 @@ use airlock_config::{env_vars, Roots};
 use airlock_linux::spec::{Egress, Relay, SandboxSpec, EGRESS_DIR, SYSTEM_CA_BUNDLE};
 use serde::{Deserialize, Serialize};
 
-use crate::error::{CommandError, ErrorKind};
+use crate::error::{ErrorKind, HostError};
 
 pub use airlock_config::env_vars::PROXY_PORT;
 /// Files in the egress directory.
@@ -101,14 +101,14 @@ pub fn attach(
     spec: &mut SandboxSpec,
     network: &Network,
     data_root: &Path,
-) -> Result<(), CommandError> {
+) -> Result<(), HostError> {
     let mut relays = vec![Relay {
         port: PROXY_PORT,
         socket: PROXY_SOCKET.to_owned(),
     }];
     for hp in &network.host_ports {
         if relays.iter().any(|r| r.port == hp.guest_port) {
-            return Err(CommandError::new(
+            return Err(HostError::new(
                 ErrorKind::Config,
                 "network.host_port_conflict",
                 format!(
@@ -133,7 +133,7 @@ pub fn attach(
 }
 
 /// The variables every sandbox process gets for the egress path.
-fn environment(data_root: &Path) -> Result<Vec<(String, String)>, CommandError> {
+fn environment(data_root: &Path) -> Result<Vec<(String, String)>, HostError> {
     let inside = |f: &str| format!("{EGRESS_DIR}/{f}");
     let mut env: Vec<(String, String)> = env_vars::PROXY_VARS
         .iter()
@@ -156,7 +156,7 @@ fn environment(data_root: &Path) -> Result<Vec<(String, String)>, CommandError> 
 }
 
 /// `(NAME, placeholder)` for every stored secret; values are never read here.
-fn placeholders(data_root: &Path) -> Result<Vec<(String, String)>, CommandError> {
+fn placeholders(data_root: &Path) -> Result<Vec<(String, String)>, HostError> {
     if !data_root.join("secrets").exists() {
         return Ok(Vec::new());
     }
@@ -177,8 +177,8 @@ pub fn add_current_placeholders(
     }
 }
 
-fn secret_error(e: airlock_secrets::SecretError) -> CommandError {
-    CommandError::new(ErrorKind::Failed, "secret.store", e.to_string())
+fn secret_error(e: airlock_secrets::SecretError) -> HostError {
+    HostError::new(ErrorKind::Failed, "secret.store", e.to_string())
         .with_hint("check the secret store with `airlock secret ls`")
 }
 
@@ -193,9 +193,9 @@ const TRUST_CACHE: &str = "egress-trust";
 /// Both files are hard links to complete, validated copies in [`TRUST_CACHE`] (keyed by the
 /// system bundle's identity and checked against the CA certificate before use), or written
 /// directly when that is impossible (another filesystem, an unwritable cache).
-pub fn materialize(dir: &Path, roots: &Roots, image_root: &Path) -> Result<(), CommandError> {
+pub fn materialize(dir: &Path, roots: &Roots, image_root: &Path) -> Result<(), HostError> {
     let fail = |what: &str, path: &Path, e: &dyn std::fmt::Display| {
-        CommandError::new(
+        HostError::new(
             ErrorKind::Failed,
             "egress.prepare",
             format!("cannot {what} {}: {e}", path.display()),
@@ -209,12 +209,12 @@ pub fn materialize(dir: &Path, roots: &Roots, image_root: &Path) -> Result<(), C
     fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
         .map_err(|e| fail("protect", dir, &e))?;
     let ca_root = ca_dir(&roots.data);
-    crate::context::ensure_root(roots, &ca_root)?;
+    crate::paths::ensure_root(roots, &ca_root)?;
     let ca = airlock_proxy::CertificateAuthority::load_or_create(&ca_root)
         .map_err(|e| fail("load the interception CA in", &ca_root, &e))?;
     let ca_pem = ca.cert_pem().as_bytes();
     let cache = roots.runtime.join(TRUST_CACHE);
-    let cache = crate::context::ensure_root(roots, &cache)
+    let cache = crate::paths::ensure_root(roots, &cache)
         .is_ok()
         .then_some(cache);
     let system = image_root.join(SYSTEM_CA_BUNDLE.trim_start_matches('/'));

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use airlock_core::names::SandboxName;
 
-use crate::commands::lifecycle::backend::{with_socket_path, MODE_RELOAD, SOCKET};
+use crate::lifecycle::backend::{with_socket_path, MODE_RELOAD, SOCKET};
 
 /// How long one keeper may take to answer (its proxy answers within its own bound).
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(20);

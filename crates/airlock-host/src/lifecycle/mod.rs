@@ -1,6 +1,7 @@
 //! What the lifecycle verbs (`up`, `exec`, `status`, `ls`, `down`, `clean`) share: resolving
-//! the sandbox name, opening the state, the linux backend, and turning lifecycle errors into
-//! [`CommandError`]s. The orchestration itself lives in `airlock_core::lifecycle`.
+//! the sandbox name, opening the state ([`Host::open`]), the linux backend, and turning
+//! lifecycle errors into [`HostError`]s. The orchestration itself lives in
+//! `airlock_core::lifecycle`.
 
 pub mod backend;
 pub mod keeper;
@@ -11,12 +12,18 @@ use std::time::Duration;
 use airlock_core::backend::BackendError;
 use airlock_core::lifecycle::{LifecycleError, Stores};
 use airlock_core::names::SandboxName;
-use airlock_core::records::SandboxPaths;
+use airlock_core::records::{MappingSummary, PlanSummary, SandboxPaths};
+use airlock_linux::spec::{Image, SandboxSpec};
+use airlock_protocol::Key;
+
+use std::path::Path;
+
+use airlock_config::Roots;
 
 use self::backend::LinuxBackend;
-use super::project::discover_project;
-use crate::context::{check_root, ensure_root, Context};
-use crate::error::{CommandError, ErrorKind};
+use crate::error::{ErrorKind, HostError};
+use crate::paths::{check_root, ensure_root};
+use crate::project::{discover_project, no_project};
 
 /// How long a mutating command waits for another one holding the sandbox's lock (L8).
 pub const LOCK_WAIT: Duration = Duration::from_secs(30);
@@ -36,13 +43,13 @@ pub fn lock_wait() -> Duration {
 
 /// Parses `--name`, or derives the active project's name. Usage error (exit 2) for a bad name.
 pub fn resolve_name(
-    ctx: &Context,
+    cwd: &Path,
     name: Option<&str>,
-) -> Result<(SandboxName, Option<airlock_config::Project>), CommandError> {
-    let project = discover_project(ctx)?;
+) -> Result<(SandboxName, Option<airlock_config::Project>), HostError> {
+    let project = discover_project(cwd)?;
     if let Some(text) = name {
         let name = SandboxName::parse(text).map_err(|e| {
-            CommandError::usage(format!("--name: {e}")).with_hint(
+            HostError::usage(format!("--name: {e}")).with_hint(
                 "use 1-63 characters from a-z, 0-9 and '-', starting with a letter or digit",
             )
         })?;
@@ -50,65 +57,64 @@ pub fn resolve_name(
     }
     match project {
         Some(p) => Ok((SandboxName::for_project(&p.root), Some(p))),
-        None => Err(super::project::no_project(ctx)),
+        None => Err(no_project(cwd)),
     }
 }
 
-/// Everything a lifecycle verb works with.
-pub struct Setup {
+/// Everything a lifecycle verb works with: the state stores and the linux backend.
+pub struct Host {
     pub stores: Stores,
     pub backend: LinuxBackend,
     /// What the L9 sweep of `airlock run`'s state removed and left (mutating verbs only).
     pub runs: runs::RunSweep,
 }
 
-impl Setup {
+impl Host {
     pub fn paths(&self, name: &SandboxName) -> SandboxPaths {
         SandboxPaths {
             state_dir: self.backend.sandboxes_state().join(name.as_str()),
             runtime_dir: self.backend.sandboxes_runtime().join(name.as_str()),
         }
     }
-}
 
-/// Opens the lifecycle state. Mutating verbs create the state and runtime roots as private
-/// directories and sweep the state of finished `run`s ([`runs::sweep`], L9); read-only ones
-/// only verify what exists (issue 4 item 9) and create nothing.
-pub fn setup(ctx: &Context, mutating: bool) -> Result<Setup, CommandError> {
-    let roots = ctx.roots()?;
-    for dir in [&roots.state, &roots.runtime] {
-        if mutating {
-            ensure_root(&roots, dir)?;
-        } else {
-            check_root(&roots, dir)?;
+    /// Opens the lifecycle state. Mutating verbs create the state and runtime roots as private
+    /// directories and sweep the state of finished `run`s ([`runs::sweep`], L9); read-only ones
+    /// only verify what exists (issue 4 item 9) and create nothing.
+    pub fn open(roots: &Roots, mutating: bool) -> Result<Host, HostError> {
+        for dir in [&roots.state, &roots.runtime] {
+            if mutating {
+                ensure_root(roots, dir)?;
+            } else {
+                check_root(roots, dir)?;
+            }
         }
+        let stores = Stores::open(&roots.state)?;
+        let backend = LinuxBackend {
+            state_root: roots.state.clone(),
+            runtime_root: roots.runtime.clone(),
+        };
+        let runs = if mutating {
+            runs::sweep(&roots.state)
+        } else {
+            runs::RunSweep::default()
+        };
+        Ok(Host {
+            stores,
+            backend,
+            runs,
+        })
     }
-    let stores = Stores::open(&roots.state)?;
-    let backend = LinuxBackend {
-        state_root: roots.state.clone(),
-        runtime_root: roots.runtime.clone(),
-    };
-    let runs = if mutating {
-        runs::sweep(&roots.state)
-    } else {
-        runs::RunSweep::default()
-    };
-    Ok(Setup {
-        stores,
-        backend,
-        runs,
-    })
 }
 
-/// Maps a lifecycle failure to the CLI's error (exit codes per PRODUCT O5).
-pub fn lifecycle_error(e: LifecycleError) -> CommandError {
+/// Maps a lifecycle failure to a [`HostError`] (its kind decides the exit code, PRODUCT O5).
+pub fn lifecycle_error(e: LifecycleError) -> HostError {
     let message = e.to_string();
     match e {
         LifecycleError::Lock(l) => l.into(),
         LifecycleError::State(s) => s.into(),
         LifecycleError::Backend(b) => backend_error(b),
         LifecycleError::Ownership(_) | LifecycleError::CreateDir { .. } => {
-            CommandError::internal("lifecycle.io", message)
+            HostError::internal("lifecycle.io", message)
                 .with_hint("check the permissions of airlock's state and runtime directories")
         }
         LifecycleError::PlanChanged { differences, .. } => {
@@ -119,41 +125,39 @@ pub fn lifecycle_error(e: LifecycleError) -> CommandError {
                     d.field, d.recorded, d.planned
                 ));
             }
-            CommandError::new(ErrorKind::Failed, "up.plan_changed", text).with_hint(
+            HostError::new(ErrorKind::Failed, "up.plan_changed", text).with_hint(
                 "run `airlock down` to discard the running sandbox, then `airlock up` again",
             )
         }
         LifecycleError::Blocked { .. } => {
-            CommandError::new(ErrorKind::Failed, "lifecycle.unmanaged", message).with_hint(
+            HostError::new(ErrorKind::Failed, "lifecycle.unmanaged", message).with_hint(
                 "check the paths named above; remove them yourself if they are yours, then run `airlock clean`",
             )
         }
         LifecycleError::Cancelled { .. } => {
-            CommandError::new(ErrorKind::Interrupted, "lifecycle.cancelled", message)
+            HostError::new(ErrorKind::Interrupted, "lifecycle.cancelled", message)
                 .with_hint("run the command again when you are ready")
         }
     }
 }
 
-fn backend_error(e: BackendError) -> CommandError {
+fn backend_error(e: BackendError) -> HostError {
     let message = e.to_string();
     match e {
-        BackendError::Unavailable { .. } => CommandError::new(
+        BackendError::Unavailable { .. } => HostError::new(
             ErrorKind::BackendUnavailable,
             "backend.unavailable",
             message,
         )
         .with_hint("run `airlock doctor` to see what this host is missing"),
-        BackendError::Failed { .. } => {
-            CommandError::new(ErrorKind::Failed, "backend.failed", message)
-                .with_hint("run `airlock doctor`; the keeper's log is in airlock's state directory")
-        }
-        BackendError::Timeout { .. } => CommandError::new(ErrorKind::Failed, "up.timeout", message)
+        BackendError::Failed { .. } => HostError::new(ErrorKind::Failed, "backend.failed", message)
+            .with_hint("run `airlock doctor`; the keeper's log is in airlock's state directory"),
+        BackendError::Timeout { .. } => HostError::new(ErrorKind::Failed, "up.timeout", message)
             .with_hint("try again with a longer --timeout, e.g. --timeout 2m"),
         BackendError::Cancelled { .. } => {
-            CommandError::new(ErrorKind::Interrupted, "lifecycle.cancelled", message)
+            HostError::new(ErrorKind::Interrupted, "lifecycle.cancelled", message)
         }
-        BackendError::Io { .. } => CommandError::internal("backend.io", message)
+        BackendError::Io { .. } => HostError::internal("backend.io", message)
             .with_hint("check the permissions of airlock's state and runtime directories"),
     }
 }
@@ -189,6 +193,39 @@ pub fn human_bytes(n: u64) -> String {
     }
 }
 
+/// The parts of the spec L1 compares.
+pub fn plan_summary(spec: &SandboxSpec) -> PlanSummary {
+    let map = |m: &airlock_linux::spec::Mapping| MappingSummary {
+        host: m.host.clone(),
+        sandbox: m.sandbox.clone(),
+        writable: m.writable,
+    };
+    PlanSummary {
+        image: match &spec.image {
+            Image::Host => "host".to_owned(),
+            Image::Directory(p) => format!("directory {}", p.display()),
+        },
+        workspaces: spec.workspaces.iter().map(map).collect(),
+        mounts: spec.mounts.iter().map(map).collect(),
+        home: spec.user.home.clone(),
+        memory_mb: spec.limits.memory_mb.map(|l| l.value),
+        pids_max: spec.limits.pids_max.map(|l| l.value),
+        cpus: spec.limits.cpus.map(|l| l.value),
+    }
+}
+
+/// The epoch key as the protocol wants it.
+pub fn key_of(bytes: &[u8]) -> Result<Key, HostError> {
+    let arr: [u8; 32] = bytes.try_into().map_err(|_| {
+        HostError::internal(
+            "exec.key",
+            format!("the sandbox's key file holds {} bytes, not 32", bytes.len()),
+        )
+        .with_hint("run `airlock down` and `airlock up` to start a fresh epoch")
+    })?;
+    Ok(Key::from_bytes(arr))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -196,13 +233,8 @@ mod tests {
     #[test]
     fn no_name_outside_a_project_is_the_project_none_error() {
         let dir = tempfile::tempdir().unwrap();
-        let ctx = Context {
-            json: false,
-            cwd: std::fs::canonicalize(dir.path()).unwrap(),
-            stdin_is_terminal: false,
-            stdout_is_terminal: false,
-        };
-        let err = resolve_name(&ctx, None).unwrap_err();
+        let cwd = std::fs::canonicalize(dir.path()).unwrap();
+        let err = resolve_name(&cwd, None).unwrap_err();
         assert_eq!(err.code, "project.none");
         assert_eq!(err.kind, ErrorKind::Config);
     }

@@ -1,0 +1,70 @@
+//! How a host-side failure travels to the binary (PRODUCT O4, O5).
+//!
+//! Every failure of this crate is a [`HostError`]: an [`ErrorKind`] that classifies it, a
+//! stable machine-readable `code` (`config.invalid`, `lock.busy`, …), one sentence of cause and
+//! one line of next action. This crate never decides an exit code: the binary maps each
+//! [`ErrorKind`] to one, in one exhaustive match.
+
+use std::fmt;
+
+/// What class of failure happened; decides the exit status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// The operation ran and failed, or the sandbox is not ready (exit 1).
+    Failed,
+    /// The command line is wrong (exit 2). Nothing was changed.
+    Usage,
+    /// The configuration is wrong or the project state forbids the command (exit 2).
+    Config,
+    /// This host cannot run the backend (exit 69, `EX_UNAVAILABLE`).
+    BackendUnavailable,
+    /// An internal or infrastructure failure: I/O, corrupt state (exit 70, `EX_SOFTWARE`).
+    Internal,
+    /// Another command holds the lock (exit 75, `EX_TEMPFAIL`).
+    Busy,
+    /// The user interrupted the command (exit 130 = 128 + SIGINT). Raised by lifecycle
+    /// commands on Ctrl+C (PRODUCT L7); mapped here so every exit code lives in one function.
+    Interrupted,
+}
+
+/// A failure as the user sees it: stable code, one sentence of cause, one line of next action.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostError {
+    pub kind: ErrorKind,
+    /// Stable identifier, `area.reason`; scripts match on it, so never rename one.
+    pub code: &'static str,
+    /// What went wrong. May hold several lines when several independent errors were found.
+    pub message: String,
+    /// The next action, one line.
+    pub hint: Option<String>,
+}
+
+impl HostError {
+    pub fn new(kind: ErrorKind, code: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            code,
+            message: message.into(),
+            hint: None,
+        }
+    }
+
+    pub fn with_hint(mut self, hint: impl Into<String>) -> Self {
+        self.hint = Some(hint.into());
+        self
+    }
+
+    pub fn usage(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Usage, "usage.invalid", message)
+    }
+
+    pub fn internal(code: &'static str, message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Internal, code, message)
+    }
+}
+
+impl fmt::Display for HostError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}

@@ -1,0 +1,29 @@
+//! airlock's host side: everything the `airlock` binary does besides reading argv and printing.
+//!
+//! - [`lifecycle`]: persistent sandboxes — [`Host::open`] (state stores and the linux
+//!   [`lifecycle::backend::LinuxBackend`]), the keeper process that owns a sandbox, finished-run
+//!   records ([`lifecycle::runs`]), and [`lifecycle::lifecycle_error`].
+//! - [`run`]: the ephemeral sandbox of `airlock run`, step by step, and [`run::build_spec`],
+//!   the [`airlock_linux::spec::SandboxSpec`] built from the effective configuration.
+//! - [`egress`]: the egress proxy of a sandbox — materialized files, the supervised proxy child,
+//!   live reload of a running sandbox's policy.
+//! - [`config`]: the effective configuration as the host loads it (trust read-only).
+//! - [`project`]: the active project of a working directory.
+//! - [`paths`]: airlock's private roots and the state files the verbs share.
+//! - [`hidden`]: the hidden verbs (`__init`, `__keeper`, `__proxy`) as library functions.
+//!
+//! This crate never parses a command line, prints a result or decides an exit code: failures
+//! are [`HostError`]s whose [`ErrorKind`] the binary maps to an exit status.
+
+pub mod config;
+pub mod egress;
+pub mod error;
+pub mod hidden;
+mod lib_errors;
+pub mod lifecycle;
+pub mod paths;
+pub mod project;
+pub mod run;
+
+pub use error::{ErrorKind, HostError};
+pub use lifecycle::Host;

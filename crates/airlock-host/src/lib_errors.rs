@@ -1,0 +1,167 @@
+//! How the libraries' typed errors become [`HostError`]s: kind (the binary's exit code), stable code,
+//! message and next action. Every match is exhaustive, so a new library variant must be
+//! classified here before the host crate compiles.
+
+use airlock_config::{ConfigErrors, RootsError};
+use airlock_core::{
+    AtomicWriteError, KnownRootsError, LockError, PrivateDirError, StateError, TrustError,
+};
+
+use crate::error::{ErrorKind, HostError};
+
+impl From<RootsError> for HostError {
+    fn from(e: RootsError) -> Self {
+        let code = match &e {
+            RootsError::HomeUnset => "env.home_unset",
+            RootsError::HomeRelative { .. } => "env.home_relative",
+        };
+        HostError::new(ErrorKind::Config, code, e.to_string())
+            .with_hint("set HOME to the absolute path of your home directory")
+    }
+}
+
+impl From<ConfigErrors> for HostError {
+    fn from(e: ConfigErrors) -> Self {
+        let n = e.diagnostics().len();
+        let noun = if n == 1 { "error" } else { "errors" };
+        HostError::new(
+            ErrorKind::Config,
+            "config.invalid",
+            format!("the configuration has {n} {noun}:\n{e}"),
+        )
+        .with_hint("fix each listed key in the named file, then run `airlock plan` again")
+    }
+}
+
+impl From<AtomicWriteError> for HostError {
+    fn from(e: AtomicWriteError) -> Self {
+        let code = match &e {
+            AtomicWriteError::NoFileName { .. } => "io.bad_path",
+            AtomicWriteError::OpenDir { .. }
+            | AtomicWriteError::CreateTemp { .. }
+            | AtomicWriteError::Chmod { .. }
+            | AtomicWriteError::Write { .. }
+            | AtomicWriteError::SyncFile { .. }
+            | AtomicWriteError::Rename { .. }
+            | AtomicWriteError::SyncDir { .. } => "io.write",
+        };
+        HostError::internal(code, e.to_string())
+            .with_hint("check the permissions and free space of that directory")
+    }
+}
+
+impl From<PrivateDirError> for HostError {
+    fn from(e: PrivateDirError) -> Self {
+        // The messages of the unsafe-directory variants already end with the exact fix.
+        let (kind, code, hint) = match &e {
+            PrivateDirError::NotBelow { .. } | PrivateDirError::Unclean { .. } => (
+                ErrorKind::Config,
+                "dir.bad_location",
+                "point the XDG variable or HOME at a plain absolute directory",
+            ),
+            PrivateDirError::Symlink { .. }
+            | PrivateDirError::NotADirectory { .. }
+            | PrivateDirError::OwnedByOther { .. }
+            | PrivateDirError::Writable { .. } => (
+                ErrorKind::Failed,
+                "dir.unsafe",
+                "apply the fix above, then run the command again",
+            ),
+            PrivateDirError::Open { .. }
+            | PrivateDirError::Create { .. }
+            | PrivateDirError::Stat { .. }
+            | PrivateDirError::Chmod { .. } => (
+                ErrorKind::Internal,
+                "dir.io",
+                "check the permissions of that directory",
+            ),
+        };
+        HostError::new(kind, code, e.to_string()).with_hint(hint)
+    }
+}
+
+impl From<StateError> for HostError {
+    fn from(e: StateError) -> Self {
+        let (kind, code, hint) = match &e {
+            StateError::StaleRevision { .. } | StateError::Contended { .. } => (
+                ErrorKind::Busy,
+                "state.contended",
+                "another airlock command changed the same record; run the command again",
+            ),
+            StateError::LockTimeout { .. } => (
+                ErrorKind::Busy,
+                "state.locked",
+                "wait for the other airlock command to finish, then run this one again",
+            ),
+            StateError::Corrupt { .. } => (
+                ErrorKind::Internal,
+                "state.corrupt",
+                "move the named file aside; airlock recreates it",
+            ),
+            StateError::RootNotAbsolute { .. } | StateError::InvalidName { .. } => (
+                ErrorKind::Internal,
+                "state.invalid",
+                "this is a bug in airlock; please report it",
+            ),
+            StateError::Read { .. }
+            | StateError::Encode { .. }
+            | StateError::CreateDir { .. }
+            | StateError::Lock { .. }
+            | StateError::Write(_)
+            | StateError::Remove { .. } => (
+                ErrorKind::Internal,
+                "state.io",
+                "check the permissions and free space of airlock's state directory",
+            ),
+        };
+        HostError::new(kind, code, e.to_string()).with_hint(hint)
+    }
+}
+
+impl From<LockError> for HostError {
+    fn from(e: LockError) -> Self {
+        let (kind, code, hint) = match &e {
+            LockError::Busy { .. } => (
+                ErrorKind::Busy,
+                "lock.busy",
+                "wait for the other command to finish, then run this one again",
+            ),
+            LockError::Open { .. } | LockError::Lock { .. } | LockError::WriteHolder { .. } => (
+                ErrorKind::Internal,
+                "lock.io",
+                "check the permissions of airlock's state directory",
+            ),
+        };
+        HostError::new(kind, code, e.to_string()).with_hint(hint)
+    }
+}
+
+impl From<TrustError> for HostError {
+    fn from(e: TrustError) -> Self {
+        match e {
+            TrustError::State(inner) => inner.into(),
+            e @ (TrustError::NotAbsolute { .. }
+            | TrustError::NonUtf8Path { .. }
+            | TrustError::InvalidHash { .. }) => {
+                HostError::new(ErrorKind::Failed, "trust.invalid", e.to_string())
+                    .with_hint("trust needs a project path that is absolute UTF-8")
+            }
+            e @ TrustError::Canonicalize { .. } => {
+                HostError::new(ErrorKind::Failed, "trust.io", e.to_string())
+                    .with_hint("check that the project directory still exists")
+            }
+        }
+    }
+}
+
+impl From<KnownRootsError> for HostError {
+    fn from(e: KnownRootsError) -> Self {
+        match e {
+            KnownRootsError::State(inner) => inner.into(),
+            e @ (KnownRootsError::NotAbsolute { .. } | KnownRootsError::NonUtf8Path { .. }) => {
+                HostError::new(ErrorKind::Failed, "project.remember", e.to_string())
+                    .with_hint("airlock remembers project roots by their absolute UTF-8 path")
+            }
+        }
+    }
+}

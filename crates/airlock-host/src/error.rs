@@ -23,7 +23,7 @@ pub enum ErrorKind {
     /// Another command holds the lock (exit 75, `EX_TEMPFAIL`).
     Busy,
     /// The user interrupted the command (exit 130 = 128 + SIGINT). Raised by lifecycle
-    /// commands on Ctrl+C (PRODUCT L7); mapped here so every exit code lives in one function.
+    /// commands on Ctrl+C (PRODUCT L7).
     Interrupted,
 }
 

@@ -19,6 +19,7 @@ mod live;
 #[cfg(test)]
 mod man_pages;
 mod output;
+mod status_json;
 mod stream;
 
 use std::ffi::OsString;

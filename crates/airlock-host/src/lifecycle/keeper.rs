@@ -17,7 +17,7 @@
 //! 5. Teardown: remove the socket, destroy the sandbox (bounded), destroy the cgroup, stop
 //!    the egress proxy.
 //!
-//! Egress (commands::egress): before the cgroup and the sandbox, the keeper writes the CA
+//! Egress (crate::egress): before the cgroup and the sandbox, the keeper writes the CA
 //! bundle and launches the proxy child (`airlock __proxy`); it reports `Ready` only once the
 //! proxy serves too. The serve loop wakes at least every 500 ms and restarts a dead proxy (the sandbox is
 //! offline meanwhile: its relays find no listener); a restart loads the policy and secrets in

@@ -63,7 +63,7 @@ pub fn run(_args: LsArgs, ctx: &Context) -> Result<Report, CommandError> {
                 (Style::Plain, &format!("  {project}  {age}  {disk}")),
             ],
         );
-        items.push(super::status::to_json(&r));
+        items.push(crate::status_json::to_json(&r));
     }
     Ok(Report::new(doc, serde_json::json!({ "sandboxes": items })))
 }

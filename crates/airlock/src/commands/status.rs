@@ -12,6 +12,7 @@ use super::Report;
 use crate::context::{resolve_name, setup, Context};
 use crate::error::{CommandError, ErrorKind};
 use crate::output::{path_text, Doc, Style};
+use crate::status_json::to_json;
 
 #[derive(Args, Debug)]
 pub struct StatusArgs {
@@ -102,38 +103,4 @@ fn render(r: &StatusReport) -> Doc {
     doc.heading("Next");
     doc.text(1, &[(Style::Plain, &r.next)]);
     doc
-}
-
-/// The JSON document of one sandbox's status; `health`, `epoch`, `guest`, `operation` are top
-/// level (issue 4).
-pub fn to_json(r: &StatusReport) -> serde_json::Value {
-    let rec = r.record.as_ref();
-    serde_json::json!({
-        "name": r.name.as_str(),
-        "health": r.health,
-        "epoch": rec.map(|x| x.epoch.display()),
-        "guest": { "pid": rec.and_then(|x| x.guest.as_ref()).map(|g| g.pid) },
-        "keeper": { "pid": rec.and_then(|x| x.keeper.as_ref()).map(|g| g.pid) },
-        "project": rec.map(|x| x.project_root.clone()),
-        "image": rec.map(|x| x.plan.image.clone()),
-        "mappings": rec.map(|x| serde_json::json!({
-            "workspaces": x.plan.workspaces,
-            "mounts": x.plan.mounts,
-            "home": x.plan.home,
-        })),
-        "created_ms": rec.map(|x| x.created_ms),
-        "disk_bytes": r.inspection.as_ref().and_then(|i| i.disk_bytes),
-        "operation": r.operation.as_ref().map(|op| serde_json::json!({
-            "kind": op.kind,
-            "started": utc_text(op.started_ms),
-            "started_ms": op.started_ms,
-            "finished_ms": op.finished_ms,
-            "phase": op.phase,
-            "result": op.result.as_str(),
-            "timings": op.timings,
-            "pid": op.process.pid,
-        })),
-        "warnings": r.warnings,
-        "next": r.next,
-    })
 }

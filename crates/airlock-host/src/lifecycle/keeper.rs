@@ -144,8 +144,8 @@ fn start(state_dir: &Path) -> Result<Started, KeeperReport> {
     };
     // The proxy starts while the sandbox does; `Ready` is reported only once it serves.
     let proxy = start_egress(&req)?;
-    let mut cgroup =
-        limits::prepare(&req.spec).map_err(|e| failed(e.message.clone(), unavailable(e.kind)))?;
+    let mut cgroup = limits::prepare(&req.spec, keeper_warning)
+        .map_err(|e| failed(e.message.clone(), unavailable(e.kind)))?;
     let opts = StartOptions {
         exe: PathBuf::from("/proc/self/exe"),
         sandboxes_dir: req.runtime_dir.clone(),
@@ -440,6 +440,11 @@ fn teardown(sandbox: Sandbox, cgroup: RunCgroup, listener: &UnixListener) {
         }
     }
     teardown_parts(sandbox, cgroup);
+}
+
+/// A warning of the limits code, into the keeper's log (its stderr).
+fn keeper_warning(message: &str) {
+    eprintln!("airlock: warning: {message}");
 }
 
 fn teardown_parts(sandbox: Sandbox, mut cgroup: RunCgroup) {

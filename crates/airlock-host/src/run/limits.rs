@@ -12,9 +12,14 @@ use airlock_linux::sys::janitor::Janitor;
 
 use crate::error::{ErrorKind, HostError};
 
+/// Where a warning goes (the text after `airlock: warning: `): this crate prints nothing, its
+/// caller decides (the terminal for `run`, the keeper's log for `up`).
+pub type Warn = fn(&str);
+
 /// The cgroup of one run, or nothing when default limits were skipped.
 pub struct RunCgroup {
     cgroup: Option<(Cgroup, Janitor)>,
+    warn: Warn,
 }
 
 impl RunCgroup {
@@ -30,7 +35,7 @@ impl RunCgroup {
     pub fn destroy(&mut self) {
         if let Some((cg, janitor)) = self.cgroup.take() {
             if let Err(e) = cg.destroy(Duration::from_secs(5)) {
-                eprintln!("airlock: warning: {e}");
+                (self.warn)(&e.to_string());
             }
             // The cgroup is gone: the janitor has nothing left to do.
             janitor.release(Duration::from_millis(500));
@@ -39,7 +44,7 @@ impl RunCgroup {
 }
 
 /// Creates the cgroup with the spec's limits (see the module docs for the skip rule).
-pub fn prepare(spec: &SandboxSpec) -> Result<RunCgroup, HostError> {
+pub fn prepare(spec: &SandboxSpec, warn: Warn) -> Result<RunCgroup, HostError> {
     let l = &spec.limits;
     let limits = CgroupLimits {
         memory_bytes: l.memory_mb.map(|m| m.value.saturating_mul(1024 * 1024)),
@@ -69,15 +74,15 @@ pub fn prepare(spec: &SandboxSpec) -> Result<RunCgroup, HostError> {
                 .map_err(unavailable)?;
             Ok(RunCgroup {
                 cgroup: Some((cg, janitor)),
+                warn,
             })
         }
         Err(e @ (CgroupError::NotDelegated { .. } | CgroupError::NoControllers)) => {
             if explicit.is_empty() {
-                eprintln!(
-                    "airlock: warning: running without resource limits: {e}; \
-                     run `airlock doctor` for the fix"
-                );
-                Ok(RunCgroup { cgroup: None })
+                warn(&format!(
+                    "running without resource limits: {e}; run `airlock doctor` for the fix"
+                ));
+                Ok(RunCgroup { cgroup: None, warn })
             } else {
                 Err(HostError::new(
                     ErrorKind::BackendUnavailable,

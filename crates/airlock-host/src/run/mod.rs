@@ -37,12 +37,14 @@ pub struct EphemeralRun {
 
 impl EphemeralRun {
     /// Starts the egress proxy, the cgroup and the sandbox of `spec` (steps 3–4 of a run),
-    /// reporting each phase to `phases`. On failure nothing started is left behind.
+    /// reporting each phase to `phases` and each warning (limits skipped, a cgroup that could
+    /// not be removed) to `warn`. On failure nothing started is left behind.
     pub fn start(
         roots: &Roots,
         project_root: Option<PathBuf>,
         spec: &mut SandboxSpec,
         phases: &mut Phases,
+        warn: limits::Warn,
     ) -> Result<Self, HostError> {
         ensure_root(roots, &roots.runtime)?;
         let opts = StartOptions {
@@ -53,7 +55,7 @@ impl EphemeralRun {
         airlock_linux::host::sweep_stale(&opts.sandboxes_dir);
         let egress = start_egress(roots, project_root, spec)?;
         phases.done("egress");
-        let mut cgroup = limits::prepare(spec)?;
+        let mut cgroup = limits::prepare(spec, warn)?;
         phases.done("cgroup");
         let started = Sandbox::start(spec, &opts, &mut |pid| cgroup.join(pid));
         let sandbox = match started {

@@ -60,7 +60,8 @@ pub fn run(args: RunArgs, ctx: &Context) -> Result<Report, CommandError> {
 
     // 3.–5.
     let project_root = effective.project.as_ref().map(|p| p.root.clone());
-    let mut sandbox = EphemeralRun::start(&roots, project_root, &mut spec, &mut phases)?;
+    let mut sandbox =
+        EphemeralRun::start(&roots, project_root, &mut spec, &mut phases, print_warning)?;
     let outcome = sandbox
         .wait_ready()
         .map_err(CommandError::from)
@@ -72,6 +73,11 @@ pub fn run(args: RunArgs, ctx: &Context) -> Result<Report, CommandError> {
         eprintln!("airlock: warning: {e}");
     }
     std::process::exit(status)
+}
+
+/// A warning of the host side (limits skipped, a cgroup left behind), on stderr.
+fn print_warning(message: &str) {
+    eprintln!("airlock: warning: {message}");
 }
 
 /// `AIRLOCK_TRACE_PHASES`: `airlock: phase <name> <ms>` lines on stderr, for scripts/bench.

@@ -27,11 +27,11 @@ pub fn dispatch(args: &[OsString]) -> Option<i32> {
         return Some(init());
     }
     // The host-side owner of a persistent sandbox (`airlock up`); see crate::lifecycle.
-    if verb == crate::lifecycle::backend::KEEPER_VERB && args.len() == 3 {
+    if verb == crate::wire::KEEPER_VERB && args.len() == 3 {
         return Some(crate::lifecycle::keeper::main(args));
     }
     // The egress proxy of one sandbox, supervised by its owner (crate::egress).
-    if verb == crate::egress::PROXY_VERB && args.len() == 3 {
+    if verb == crate::wire::PROXY_VERB && args.len() == 3 {
         return Some(crate::egress::child::main(args));
     }
     None

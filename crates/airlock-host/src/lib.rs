@@ -11,6 +11,7 @@
 //! - [`project`]: the active project of a working directory.
 //! - [`paths`]: airlock's private roots and the state files the verbs share.
 //! - [`hidden`]: the hidden verbs (`__init`, `__keeper`, `__proxy`) as library functions.
+//! - [`wire`]: every message between two airlock processes on the host (keeper, proxy child).
 //!
 //! This crate never parses a command line, prints a result or decides an exit code: failures
 //! are [`HostError`]s whose [`ErrorKind`] the binary maps to an exit status.
@@ -24,6 +25,7 @@ pub mod lifecycle;
 pub mod paths;
 pub mod project;
 pub mod run;
+pub mod wire;
 
 pub use error::{ErrorKind, HostError};
 pub use lifecycle::Host;

@@ -33,8 +33,9 @@ use airlock_secrets::{SecretBindings, SecretStore};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::net::{TcpStream, UnixListener};
 
-use super::{ca_dir, port_socket, EgressStart, PROXY_SOCKET};
+use super::{ca_dir, port_socket, PROXY_SOCKET};
 use crate::lifecycle::backend::with_socket_path;
+use crate::wire::EgressStart;
 
 /// Entry point of the hidden verb; returns the exit status.
 pub fn main(_args: &[OsString]) -> i32 {

@@ -30,7 +30,6 @@ use std::path::{Path, PathBuf};
 use airlock_config::effective::Network;
 use airlock_config::{env_vars, Roots};
 use airlock_linux::spec::{Egress, Relay, SandboxSpec, EGRESS_DIR, SYSTEM_CA_BUNDLE};
-use serde::{Deserialize, Serialize};
 
 use crate::error::{ErrorKind, HostError};
 
@@ -39,8 +38,6 @@ pub use airlock_config::env_vars::PROXY_PORT;
 pub const PROXY_SOCKET: &str = "proxy.sock";
 pub const CA_CERT: &str = "ca.crt";
 pub const CA_BUNDLE: &str = "ca-bundle.crt";
-/// The hidden verb of the proxy child.
-pub const PROXY_VERB: &str = "__proxy";
 
 /// The connector socket of host loopback port `port` (N10).
 pub fn port_socket(port: u16) -> String {
@@ -50,48 +47,6 @@ pub fn port_socket(port: u16) -> String {
 /// Where the per-installation interception CA lives (shared by every sandbox of the user).
 pub fn ca_dir(data_root: &Path) -> PathBuf {
     data_root.join("proxy-ca")
-}
-
-/// What the proxy child needs to start (sent as the first line of its stdin, never on disk
-/// inside the sandbox). Holds no secret: the child reads secrets from the store itself.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct EgressStart {
-    /// The egress directory.
-    pub dir: PathBuf,
-    /// `HOME` and `XDG_*` of the invoking command, to resolve the same roots (the keeper runs
-    /// with a cleared environment).
-    pub env: Vec<(String, String)>,
-    /// The project whose configuration decides the policy.
-    pub project_root: Option<PathBuf>,
-    /// The sandbox's audit log (N7).
-    pub audit_path: PathBuf,
-}
-
-impl EgressStart {
-    /// Captures the roots' environment of this process.
-    pub fn new(dir: PathBuf, project_root: Option<PathBuf>, audit_path: PathBuf) -> EgressStart {
-        let env = [
-            env_vars::HOME,
-            env_vars::XDG_CONFIG_HOME,
-            env_vars::XDG_STATE_HOME,
-            env_vars::XDG_DATA_HOME,
-            env_vars::XDG_CACHE_HOME,
-            env_vars::XDG_RUNTIME_DIR,
-        ]
-        .iter()
-        .filter_map(|k| {
-            std::env::var(k)
-                .ok()
-                .map(|v| ((*k).to_owned(), v.to_owned()))
-        })
-        .collect();
-        EgressStart {
-            dir,
-            env,
-            project_root,
-            audit_path,
-        }
-    }
 }
 
 /// Adds the egress part to `spec`: the proxy variables (N1), the CA bundle variables (N6), one

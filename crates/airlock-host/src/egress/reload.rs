@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use airlock_core::names::SandboxName;
 
-use crate::lifecycle::backend::{with_socket_path, MODE_RELOAD, SOCKET};
+use crate::lifecycle::backend::{with_socket_path, SOCKET};
+use crate::wire::MODE_RELOAD;
 
 /// How long one keeper may take to answer (its proxy answers within its own bound).
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(20);

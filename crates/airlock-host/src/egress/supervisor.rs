@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::Duration;
 
-use super::{EgressStart, PROXY_VERB};
+use crate::wire::{EgressStart, PROXY_VERB};
 
 /// How long the child may take to answer `ready` or a reload.
 pub const ANSWER_TIMEOUT: Duration = Duration::from_secs(15);

@@ -26,20 +26,12 @@ use airlock_core::records::{ProcessIdentity, SandboxRecord};
 use airlock_linux::spec::SandboxSpec;
 use serde::{Deserialize, Serialize};
 
-/// The hidden verb of the keeper.
-pub const KEEPER_VERB: &str = "__keeper";
+use crate::wire::{EgressStart, KeeperReport, StartRequest, KEEPER_VERB, MODE_STREAM, START_FILE};
+
 /// Files inside the directories above.
-pub const START_FILE: &str = "start.json";
 pub const LOG_FILE: &str = "keeper.log";
 pub const EXIT_NOTE: &str = "exit-note";
 pub const SOCKET: &str = "control.sock";
-/// First byte a client sends: hand my connection to the guest.
-pub const MODE_STREAM: u8 = b'S';
-/// First byte a client sends: run the request that follows detached, owned by the keeper.
-pub const MODE_DETACHED: u8 = b'D';
-/// First byte a client sends: reload the egress proxy's policy and secrets; the keeper answers
-/// one line, `ok` or `error: …`.
-pub const MODE_RELOAD: u8 = b'R';
 /// The egress directory inside a sandbox's runtime directory.
 pub const EGRESS_DIR: &str = "egress";
 
@@ -69,30 +61,6 @@ pub fn with_socket_path<T>(
     ))
     .join(file);
     f(&short)
-}
-
-/// What the keeper is asked to start (`start.json`).
-#[derive(Debug, Serialize, Deserialize)]
-pub struct StartRequest {
-    pub spec: SandboxSpec,
-    pub runtime_dir: PathBuf,
-    /// The egress proxy to run beside the sandbox (absent: the sandbox has no way out).
-    #[serde(default)]
-    pub egress: Option<crate::egress::EgressStart>,
-}
-
-/// The keeper's one-line report on its stdout.
-#[derive(Debug, Serialize, Deserialize)]
-pub enum KeeperReport {
-    Ready {
-        guest_pid: u32,
-        init_pid: u32,
-        timings: Vec<(String, u64)>,
-    },
-    Failed {
-        message: String,
-        unavailable: bool,
-    },
 }
 
 /// What the linux backend keeps in a record's `backend_data`.
@@ -250,7 +218,7 @@ impl Backend for LinuxBackend {
         spec.id = record.epoch.instance.clone();
         let egress = spec.egress.as_mut().map(|e| {
             e.host_dir = record.paths.runtime_dir.join(EGRESS_DIR);
-            crate::egress::EgressStart::new(
+            EgressStart::new(
                 e.host_dir.clone(),
                 Some(record.project_root.clone()),
                 crate::paths::audit_log_path(&record.paths),

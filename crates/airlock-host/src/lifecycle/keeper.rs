@@ -40,14 +40,14 @@ use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use rustix::event::{poll, PollFd, PollFlags};
 
-use super::backend::{
-    with_socket_path, KeeperReport, StartRequest, EXIT_NOTE, MODE_DETACHED, MODE_RELOAD,
-    MODE_STREAM, SOCKET, START_FILE,
-};
+use super::backend::{with_socket_path, EXIT_NOTE, SOCKET};
 use crate::egress::supervisor::ProxySupervisor;
 use crate::error::ErrorKind;
 use crate::run::limits::{self, RunCgroup};
 use crate::run::start_error;
+use crate::wire::{
+    KeeperReport, StartRequest, MODE_DETACHED, MODE_RELOAD, MODE_STREAM, START_FILE,
+};
 
 /// How long a client has to send its mode byte (and request) before it is dropped.
 const CLIENT_PREAMBLE: Duration = Duration::from_secs(5);

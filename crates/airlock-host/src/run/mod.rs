@@ -158,7 +158,8 @@ fn start_egress(
     project_root: Option<PathBuf>,
     spec: &mut SandboxSpec,
 ) -> Result<RunEgress, HostError> {
-    use crate::egress::{materialize, supervisor::ProxySupervisor, EgressStart};
+    use crate::egress::{materialize, supervisor::ProxySupervisor};
+    use crate::wire::EgressStart;
     let base = roots.runtime.join("egress");
     ensure_root(roots, &base)?;
     airlock_linux::host::sweep_stale(&base);

@@ -14,9 +14,8 @@ use std::io::{BufRead, BufReader, Write};
 
 use airlock_core::backend::Backend;
 use airlock_core::lifecycle::{self, Health};
-use airlock_host::lifecycle::backend::{
-    with_socket_path, StartRequest, MODE_DETACHED, SOCKET, START_FILE,
-};
+use airlock_host::lifecycle::backend::{with_socket_path, SOCKET};
+use airlock_host::wire::{StartRequest, MODE_DETACHED, START_FILE};
 use airlock_protocol::ExecRequest;
 use clap::Args;
 

@@ -101,19 +101,26 @@ pub struct HostIds {
     pub subgid: Option<SubRange>,
     /// Whether both `newuidmap` and `newgidmap` exist.
     pub helpers: bool,
+    /// Every range `/etc/subuid` or `/etc/subgid` hands to anyone (ranges airlock picks for
+    /// itself or proposes must avoid them).
+    pub taken: Vec<SubRange>,
 }
 
 impl HostIds {
     /// Reads `/etc/subuid`, `/etc/subgid` and looks for the map helpers on the standard paths.
     pub fn probe(uid: u32, gid: u32, user_name: &str) -> Self {
         let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
+        let (subuid, subgid) = (read("/etc/subuid"), read("/etc/subgid"));
+        let mut taken = all_subranges(&subuid);
+        taken.extend(all_subranges(&subgid));
         Self {
             uid,
             gid,
             user_name: user_name.to_owned(),
-            subuid: find_subrange(&read("/etc/subuid"), user_name, uid),
-            subgid: find_subrange(&read("/etc/subgid"), user_name, uid),
+            subuid: find_subrange(&subuid, user_name, uid),
+            subgid: find_subrange(&subgid, user_name, uid),
             helpers: helper_path("newuidmap").is_some() && helper_path("newgidmap").is_some(),
+            taken,
         }
     }
 }
@@ -133,6 +140,70 @@ pub fn find_subrange(text: &str, name: &str, uid: u32) -> Option<SubRange> {
         };
         (range.count > 0).then_some(range)
     })
+}
+
+/// Every range listed in a subuid/subgid file's text, whoever holds it (comments, malformed
+/// lines and empty ranges are skipped).
+pub fn all_subranges(text: &str) -> Vec<SubRange> {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .filter_map(|line| {
+            let mut parts = line.split(':');
+            let (_owner, start, count) = (parts.next()?, parts.next()?, parts.next()?);
+            let range = SubRange {
+                start: start.trim().parse().ok()?,
+                count: count.trim().parse().ok()?,
+            };
+            (parts.next().is_none() && range.count > 0).then_some(range)
+        })
+        .collect()
+}
+
+/// Where ranges proposed to users start (the conventional first subordinate id).
+pub const PROPOSAL_FLOOR: u32 = 100_000;
+
+/// The lowest `size`-aligned range of `size` ids at or above `floor` that overlaps none of
+/// `taken`, or `None` when the 32-bit id space has no such gap.
+pub fn free_range(taken: &[SubRange], floor: u32, size: u32) -> Option<SubRange> {
+    let size = u64::from(size.max(1));
+    let overlaps = |start: u64| {
+        taken.iter().any(|r| {
+            let (s, e) = (u64::from(r.start), u64::from(r.start) + u64::from(r.count));
+            start < e && s < start + size
+        })
+    };
+    // The highest id (u32::MAX) is the kernel's invalid id: never hand it out.
+    let mut start = u64::from(floor).div_ceil(size) * size;
+    while start + size <= u64::from(u32::MAX) {
+        if !overlaps(start) {
+            return Some(SubRange {
+                start: start as u32,
+                count: size as u32,
+            });
+        }
+        start += size;
+    }
+    None
+}
+
+/// The `usermod` command that gives `user` a range no other user holds in `subuid`/`subgid`.
+pub fn propose_subids(user: &str, subuid: &str, subgid: &str) -> String {
+    let mut taken = all_subranges(subuid);
+    taken.extend(all_subranges(subgid));
+    match free_range(&taken, PROPOSAL_FLOOR, MAP_SIZE) {
+        Some(r) => {
+            let end = r.start + (r.count - 1);
+            format!(
+                "usermod --add-subuids {s}-{end} --add-subgids {s}-{end} {user}",
+                s = r.start
+            )
+        }
+        None => format!(
+            "/etc/subuid and /etc/subgid leave no free range of {MAP_SIZE} ids: free one, then \
+             `usermod --add-subuids START-END --add-subgids START-END {user}`"
+        ),
+    }
 }
 
 /// Where a map helper lives, if anywhere on the fixed system paths (never `$PATH`: a setuid
@@ -174,11 +245,20 @@ pub fn plan(host: &HostIds) -> IdPlan {
         },
     };
     let (Some(su), Some(sg)) = (host.subuid, host.subgid) else {
+        let free = free_range(&host.taken, PROPOSAL_FLOOR, MAP_SIZE);
+        let fix = match free {
+            Some(r) => format!(
+                "add one that overlaps no other user's: `usermod --add-subuids {s}-{e} \
+                 --add-subgids {s}-{e} {u}`",
+                s = r.start,
+                e = r.start + (r.count - 1),
+                u = host.user_name
+            ),
+            None => "free a range of 65536 ids in both files and assign it".to_owned(),
+        };
         return single(format!(
-            "user {} has no subordinate id range in /etc/subuid and /etc/subgid (add one that \
-             overlaps no other user's, e.g. `usermod --add-subuids 200000-265535 \
-             --add-subgids 200000-265535 {}`)",
-            host.user_name, host.user_name
+            "user {} has no subordinate id range in /etc/subuid and /etc/subgid ({fix})",
+            host.user_name
         ));
     };
     if !host.helpers {
@@ -293,6 +373,7 @@ mod tests {
             subuid: sub,
             subgid: sub,
             helpers,
+            taken: sub.into_iter().collect(),
         }
     }
 
@@ -375,6 +456,39 @@ mod tests {
             "host root must stay unmapped"
         );
         assert_disjoint(&p.uid_map);
+    }
+
+    #[test]
+    fn proposed_subordinate_ranges_overlap_no_range_other_users_hold() {
+        // T1: a fake subuid/subgid pair where the conventional 100000 and the next slots are
+        // taken (by name, by uid, partially, and only in subgid).
+        let subuid = "# admins\nalice:100000:65536\n1002:165536:100\nbob:300000:1\nbad\n";
+        let subgid = "alice:100000:65536\ncarol:400000:65536\n";
+        let cmd = propose_subids("dev", subuid, subgid);
+        assert_eq!(
+            cmd,
+            "usermod --add-subuids 196608-262143 --add-subgids 196608-262143 dev"
+        );
+        let mut taken = all_subranges(subuid);
+        taken.extend(all_subranges(subgid));
+        let r = free_range(&taken, PROPOSAL_FLOOR, MAP_SIZE).unwrap();
+        for t in &taken {
+            assert!(
+                r.start + r.count <= t.start || t.start + t.count <= r.start,
+                "{r:?} overlaps {t:?}"
+            );
+        }
+        // The refusal of `--root` carries the same free range.
+        let mut h = host(1234, None, true);
+        h.taken = taken;
+        let reason = plan(&h).root_unavailable.unwrap();
+        assert!(reason.contains("196608-262143"), "{reason}");
+        // A full id space yields no proposal rather than an overlapping one.
+        let all = [SubRange {
+            start: 0,
+            count: u32::MAX,
+        }];
+        assert_eq!(free_range(&all, PROPOSAL_FLOOR, MAP_SIZE), None);
     }
 
     #[test]

@@ -610,9 +610,11 @@ fn check_subordinate_ids(invoker: &Invoker, read: &dyn Fn(&str) -> Option<String
             "no range for {} in /etc/subuid or /etc/subgid",
             invoker.name
         ));
-        fixes.push(format!(
-            "usermod --add-subuids 100000-165535 --add-subgids 100000-165535 {}",
-            invoker.name
+        // A range nobody else holds in either file (two users sharing ids share files).
+        fixes.push(crate::idmap::propose_subids(
+            &invoker.name,
+            &read("/etc/subuid").unwrap_or_default(),
+            &read("/etc/subgid").unwrap_or_default(),
         ));
     }
     if problems.is_empty() {

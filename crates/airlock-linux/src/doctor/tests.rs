@@ -221,3 +221,26 @@ fn probe_host_reports_every_area_with_fixes_for_failures() {
         assert_eq!(c.status, Status::Ok, "{c:?}");
     }
 }
+
+#[test]
+fn doctor_proposes_a_subordinate_range_no_other_user_holds() {
+    // T1: a fake /etc/subuid and /etc/subgid where 100000.. is taken by someone else.
+    let files = |path: &str| match path {
+        "/etc/subuid" => Some("alice:100000:65536\nbob:165536:65536\n".to_owned()),
+        "/etc/subgid" => Some("alice:100000:65536\ncarol:262144:10\n".to_owned()),
+        _ => None,
+    };
+    let dev = Invoker {
+        uid: 1234,
+        name: "dev".into(),
+    };
+    let check = check_subordinate_ids(&dev, &files);
+    assert!(
+        check
+            .fix
+            .as_deref()
+            .unwrap_or("")
+            .contains("--add-subuids 327680-393215 --add-subgids 327680-393215 dev"),
+        "{check:?}"
+    );
+}

@@ -31,6 +31,8 @@ pub const INIT_VERB: &str = "__init";
 pub const STAGE_NAMESPACES: &str = "namespaces";
 pub const STAGE_ROOTFS: &str = "rootfs";
 pub const STAGE_INIT: &str = "init";
+/// Most descriptors passed with one handshake line (the kernel's `SCM_MAX_FD` is 253).
+pub const MAX_PASSED_FDS: usize = 250;
 /// Length of the per-epoch key.
 pub const KEY_LEN: usize = airlock_protocol::handshake::KEY_LEN;
 
@@ -106,6 +108,94 @@ impl Sync {
             .map_err(BootstrapError::Sync)
     }
 
+    /// Sends one line with descriptors attached (`SCM_RIGHTS`, at most [`MAX_PASSED_FDS`]).
+    pub fn send_with_fds(
+        &mut self,
+        line: &str,
+        fds: &[std::os::fd::BorrowedFd<'_>],
+    ) -> Result<(), BootstrapError> {
+        use rustix::net::{sendmsg, SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
+        if fds.is_empty() {
+            return self.send(line);
+        }
+        if fds.len() > MAX_PASSED_FDS {
+            return Err(BootstrapError::Sync(std::io::Error::other(format!(
+                "{} mounts to pass, at most {MAX_PASSED_FDS} are supported",
+                fds.len()
+            ))));
+        }
+        let text = format!("{}\n", line.replace('\n', " "));
+        let mut space =
+            vec![std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_PASSED_FDS))];
+        let mut ancillary = SendAncillaryBuffer::new(&mut space);
+        ancillary.push(SendAncillaryMessage::ScmRights(fds));
+        let sent = sendmsg(
+            &self.writer,
+            &[std::io::IoSlice::new(text.as_bytes())],
+            &mut ancillary,
+            SendFlags::NOSIGNAL,
+        )
+        .map_err(|e| BootstrapError::Sync(e.into()))?;
+        if sent != text.len() {
+            // The descriptors went with the first bytes; the rest is plain data.
+            self.writer
+                .write_all(&text.as_bytes()[sent..])
+                .map_err(BootstrapError::Sync)?;
+        }
+        Ok(())
+    }
+
+    /// Like [`Sync::expect`], also returning the descriptors that came with the line
+    /// (close-on-exec). Only valid while nothing else is buffered (the peer sends nothing
+    /// between our last message and this one).
+    pub fn expect_with_fds(
+        &mut self,
+        expected: &'static str,
+    ) -> Result<(String, Vec<std::os::fd::OwnedFd>), BootstrapError> {
+        use rustix::net::{recvmsg, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags};
+        if !self.reader.buffer().is_empty() {
+            return self.expect(expected).map(|rest| (rest, Vec::new()));
+        }
+        let mut buf = vec![0u8; 4096];
+        let mut space =
+            vec![std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_PASSED_FDS))];
+        let mut ancillary = RecvAncillaryBuffer::new(&mut space);
+        let got = loop {
+            match recvmsg(
+                self.reader.get_ref(),
+                &mut [std::io::IoSliceMut::new(&mut buf)],
+                &mut ancillary,
+                RecvFlags::CMSG_CLOEXEC,
+            ) {
+                Ok(r) => break r,
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(e) => return Err(BootstrapError::Sync(e.into())),
+            }
+        };
+        let mut fds = Vec::new();
+        for message in ancillary.drain() {
+            if let RecvAncillaryMessage::ScmRights(rights) = message {
+                fds.extend(rights);
+            }
+        }
+        let mut bytes = buf[..got.bytes].to_vec();
+        while !bytes.ends_with(b"\n") {
+            let mut more = [0u8; 512];
+            let n = self
+                .reader
+                .get_mut()
+                .read(&mut more)
+                .map_err(BootstrapError::Sync)?;
+            if n == 0 {
+                return Err(BootstrapError::Closed { expected });
+            }
+            bytes.extend_from_slice(&more[..n]);
+        }
+        let line = String::from_utf8_lossy(&bytes).into_owned();
+        let rest = Self::parse_line(line.trim_end_matches('\n'), expected)?;
+        Ok((rest, fds))
+    }
+
     /// Waits for a message starting with `expected`; returns the rest of the line.
     pub fn expect(&mut self, expected: &'static str) -> Result<String, BootstrapError> {
         let mut line = String::new();
@@ -116,7 +206,10 @@ impl Sync {
         if n == 0 {
             return Err(BootstrapError::Closed { expected });
         }
-        let line = line.trim_end_matches('\n');
+        Self::parse_line(line.trim_end_matches('\n'), expected)
+    }
+
+    fn parse_line(line: &str, expected: &'static str) -> Result<String, BootstrapError> {
         if let Some(text) = line.strip_prefix("error ") {
             let (stage, message) = text.split_once(' ').unwrap_or((text, ""));
             return Err(BootstrapError::Remote {

@@ -37,6 +37,7 @@ use crate::bootstrap::{
     Bootstrap, BootstrapError, Sync, BOOTSTRAP_FD, CONTROL_FD, INIT_VERB, KEY_LEN, SYNC_FD,
 };
 use crate::idmap::{self, HostIds, IdMapError, IdPlan};
+use crate::idmounts::{self, IdMountError};
 use crate::spec::SandboxSpec;
 use crate::sys::fd::place_fds;
 
@@ -64,6 +65,8 @@ pub enum StartError {
     },
     #[error("cannot write the sandbox's id maps: {0}")]
     IdMap(#[from] IdMapError),
+    #[error(transparent)]
+    IdMount(#[from] IdMountError),
     #[error("the sandbox did not start: {source}")]
     Init {
         #[source]
@@ -96,6 +99,8 @@ pub struct StartTimings {
     pub maps: Duration,
     /// The join hook (moving the init stage into the sandbox's cgroup).
     pub join: Duration,
+    /// Preparing the id-mapped mounts (root invokers only).
+    pub idmounts: Duration,
     /// Building the root filesystem and entering it, until `ready`.
     pub rootfs: Duration,
 }
@@ -110,6 +115,8 @@ pub struct Sandbox {
     control: Option<OwnedFd>,
     key: [u8; KEY_LEN],
     ids: IdPlan,
+    /// A root invoker's claim on the sandbox's id range (released when the sandbox is gone).
+    range: Option<idmap::RangeClaim>,
     pub timings: StartTimings,
 }
 
@@ -126,7 +133,16 @@ impl Sandbox {
     ) -> Result<Sandbox, StartError> {
         let t0 = Instant::now();
         let host = HostIds::probe(spec.user.uid, spec.user.gid, &spec.user.name);
-        let ids = idmap::plan(&host);
+        // A root invoker's sandbox gets an id range of its own, held until it is gone (13).
+        let claim = if host.uid == 0 {
+            Some(idmap::claim_root_range(
+                Path::new(idmap::ROOT_RANGE_DIR),
+                &host.taken,
+            )?)
+        } else {
+            None
+        };
+        let ids = idmap::plan(&host, claim.as_ref().map(|c| c.range));
         if spec.require_root {
             if let Some(reason) = &ids.root_unavailable {
                 return Err(StartError::RootUnavailable {
@@ -135,7 +151,11 @@ impl Sandbox {
             }
         }
         let dir = create_private_dir(&opts.sandboxes_dir, &spec.id)?;
-        let started = Self::spawn_and_handshake(spec, opts, join, dir.clone(), ids, t0);
+        let started =
+            Self::spawn_and_handshake(spec, opts, join, dir.clone(), ids, t0).map(|mut sandbox| {
+                sandbox.range = claim;
+                sandbox
+            });
         if started.is_err() {
             let _ = fs::remove_dir_all(&dir);
         }
@@ -197,6 +217,7 @@ impl Sandbox {
             control: Some(control_host),
             key: *key.as_bytes(),
             ids,
+            range: None,
             timings: StartTimings::default(),
         };
         let boot = Bootstrap {
@@ -247,8 +268,17 @@ impl Sandbox {
         self.timings.maps = t.elapsed();
         t = Instant::now();
         join(self.init.id()).map_err(StartError::Limits)?;
-        sync.send("mapped").map_err(init_err)?;
         self.timings.join = t.elapsed();
+        t = Instant::now();
+        match &self.ids.mount_maps {
+            Some(maps) => {
+                let mounts = idmounts::prepare(&boot.spec, self.init.id(), maps)?;
+                let fds: Vec<_> = mounts.fds.iter().map(|f| f.as_fd()).collect();
+                sync.send_with_fds(&mounts.line(), &fds).map_err(init_err)?;
+            }
+            None => sync.send("mapped").map_err(init_err)?,
+        }
+        self.timings.idmounts = t.elapsed();
         t = Instant::now();
         let pid1 = sync.expect("pid1").map_err(init_err)?;
         let pid1: i32 = pid1.parse().map_err(|_| {

@@ -2,15 +2,20 @@
 //!
 //! Which host ids appear as which ids inside (docs/security.md, "Identities"):
 //! - The sandbox user has a non-zero uid inside: the invoker's own uid, or 1000 when the invoker
-//!   is root. It always maps to the invoking host user, so files it writes in workspaces and
-//!   read-write mounts belong to the invoker on the host.
+//!   is root. Files it writes in workspaces and read-write mounts belong to the invoker on the
+//!   host.
 //! - Root inside (`--root`) maps to a subordinate id, never to the invoker's id:
 //!   * unprivileged invoker with an `/etc/subuid` + `/etc/subgid` range and `newuidmap`/
 //!     `newgidmap`: inside `0..N` maps onto the range, except the sandbox user's id;
-//!   * root invoker: its own `/etc/subuid` range when it has one, else the fixed range
-//!     [`ROOT_INVOKER_BASE`]`..+65536`. Host root (uid 0) then appears inside as the sandbox user
-//!     (uid 1000), which is how system files stay writable for in-sandbox root (I2): its
-//!     `CAP_DAC_OVERRIDE` only applies to inodes whose owner is mapped;
+//!   * root invoker: every sandbox gets a range of its own ([`claim_root_range`]: 65536 ids at or
+//!     above [`ROOT_INVOKER_BASE`], overlapping no `/etc/subuid`/`/etc/subgid` range and no other
+//!     live sandbox's), and inside `0..65536` maps onto it — host root is not mapped at all, so
+//!     no sandbox process is ever host uid 0 and the sandbox user is an id of that range too.
+//!     Host files keep their owners through id-mapped mounts ([`IdPlan::mount_maps`]): the
+//!     image's system directories through the sandbox's own namespace (host root's files
+//!     appear owned by in-sandbox root, which can change them in the overlay, I2), workspaces
+//!     and mounts through a namespace that shows the invoker as the sandbox user (its writes
+//!     land as the invoker on the host);
 //!   * unprivileged invoker without subordinate ids: a single-id map, `setgroups` denied, and no
 //!     root identity at all — `--root` is refused with [`IdPlan::root_unavailable`].
 //! - Every host id that is not mapped appears as the overflow id (`nobody`) inside.
@@ -24,8 +29,12 @@ use std::process::Command;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-/// Host id range used for in-sandbox root of a root invoker without its own `/etc/subuid` range.
+/// Lowest host id of the per-sandbox ranges of a root invoker's sandboxes.
 pub const ROOT_INVOKER_BASE: u32 = 0x7000_0000;
+/// Where a root invoker's sandboxes claim their id ranges (one lock file per range, held with
+/// `flock` for the sandbox's lifetime; the kernel releases it when the holder dies). Global to
+/// the host: ranges must differ across every root-invoked sandbox, whatever its runtime root.
+pub const ROOT_RANGE_DIR: &str = "/run/airlock-id-ranges";
 /// Size of every multi-id map.
 pub const MAP_SIZE: u32 = 65536;
 /// Sandbox user id when the invoker is root.
@@ -42,6 +51,14 @@ pub enum IdMapError {
     #[error("cannot run {helper}: {source}")]
     HelperSpawn {
         helper: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("no free id range of {MAP_SIZE} ids above {ROOT_INVOKER_BASE:#x} for a root-invoked sandbox (all are held by live sandboxes or listed in /etc/subuid or /etc/subgid)")]
+    NoFreeRange,
+    #[error("cannot claim an id range in {path}: {source}")]
+    Claim {
+        path: PathBuf,
         #[source]
         source: std::io::Error,
     },
@@ -89,6 +106,26 @@ pub struct IdPlan {
     /// `None` when root (0) is mapped inside; otherwise why it is not.
     pub root_unavailable: Option<String>,
     pub writer: MapWriter,
+    /// Root invoker only: the maps host files are shown through (id-mapped mounts).
+    pub mount_maps: Option<MountMaps>,
+}
+
+/// The id mappings of a root invoker's mounts. The image's system directories use the sandbox's
+/// own user namespace; workspaces and mounts use `owner_uid`/`owner_gid`, which show the
+/// invoker's files as the sandbox user's and every other id of the sandbox's range as itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountMaps {
+    pub owner_uid: Vec<MapLine>,
+    pub owner_gid: Vec<MapLine>,
+}
+
+impl MountMaps {
+    pub fn owner_uid_text(&self) -> String {
+        render(&self.owner_uid)
+    }
+    pub fn owner_gid_text(&self) -> String {
+        render(&self.owner_gid)
+    }
 }
 
 /// What the host offers for building maps; gathered by [`HostIds::probe`], injectable in tests.
@@ -215,23 +252,26 @@ pub fn helper_path(name: &str) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-/// Decides the id layout for `host` (see the module docs for the rules).
-pub fn plan(host: &HostIds) -> IdPlan {
+/// Decides the id layout for `host` (see the module docs for the rules). `root_range` is the
+/// range claimed for this sandbox when the invoker is root ([`claim_root_range`]).
+pub fn plan(host: &HostIds, root_range: Option<SubRange>) -> IdPlan {
     if host.uid == 0 {
-        let sub = |r: Option<SubRange>| match r {
-            Some(r) if r.count >= MAP_SIZE => r.start,
-            _ => ROOT_INVOKER_BASE,
-        };
+        let base = root_range.map_or(ROOT_INVOKER_BASE, |r| r.start);
         let id = ROOT_INVOKER_SANDBOX_ID;
+        let whole = vec![line(0, base, MAP_SIZE)];
         return IdPlan {
-            uid_map: split_map(id, host.uid, sub(host.subuid), MAP_SIZE),
-            gid_map: split_map(id, host.gid, sub(host.subgid), MAP_SIZE),
+            uid_map: whole.clone(),
+            gid_map: whole,
             sandbox_uid: id,
             sandbox_gid: id,
             root_unavailable: None,
             writer: MapWriter::Direct {
                 deny_setgroups: false,
             },
+            mount_maps: Some(MountMaps {
+                owner_uid: owner_map(host.uid, base, id),
+                owner_gid: owner_map(host.gid, base, id),
+            }),
         };
     }
     let single = |reason: String| IdPlan {
@@ -243,6 +283,7 @@ pub fn plan(host: &HostIds) -> IdPlan {
         writer: MapWriter::Direct {
             deny_setgroups: true,
         },
+        mount_maps: None,
     };
     let (Some(su), Some(sg)) = (host.subuid, host.subgid) else {
         let free = free_range(&host.taken, PROPOSAL_FLOOR, MAP_SIZE);
@@ -273,6 +314,7 @@ pub fn plan(host: &HostIds) -> IdPlan {
         sandbox_gid: host.gid,
         root_unavailable: None,
         writer: MapWriter::Helpers,
+        mount_maps: None,
     }
 }
 
@@ -284,13 +326,69 @@ fn line(inside: u32, outside: u32, count: u32) -> MapLine {
     }
 }
 
-/// Root invoker: inside `0..size` maps onto `base..base+size`, except `id` which maps to `host`.
-fn split_map(id: u32, host: u32, base: u32, size: u32) -> Vec<MapLine> {
-    let mut v = vec![line(0, base, id), line(id, host, 1)];
-    if size > id + 1 {
-        v.push(line(id + 1, base + id + 1, size - id - 1));
+/// Map of a root invoker's workspace mounts (read as: on-disk id → host id seen through the
+/// mount): the invoker's id `host` shows as the sandbox user (`base + id`); every other id of
+/// the sandbox's range `base..base+MAP_SIZE` shows as itself, except `base + id`, which is taken.
+fn owner_map(host: u32, base: u32, id: u32) -> Vec<MapLine> {
+    vec![
+        line(host, base + id, 1),
+        line(base, base, id),
+        line(base + id + 1, base + id + 1, MAP_SIZE - id - 1),
+    ]
+}
+
+/// A root invoker's sandbox's claim on its id range; the range is free again once this is
+/// dropped (or its holder dies).
+#[derive(Debug)]
+pub struct RangeClaim {
+    pub range: SubRange,
+    _lock: std::fs::File,
+}
+
+/// Claims the lowest range of [`MAP_SIZE`] ids at or above [`ROOT_INVOKER_BASE`] that overlaps
+/// no range in `taken` and that no live sandbox holds, in [`ROOT_RANGE_DIR`].
+pub fn claim_root_range(dir: &Path, taken: &[SubRange]) -> Result<RangeClaim, IdMapError> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+    let claim_err = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| IdMapError::Claim { path, source }
+    };
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(claim_err(dir)(e)),
     }
-    v
+    // A directory someone else could write is not trusted (only root claims ranges).
+    let meta = std::fs::symlink_metadata(dir).map_err(claim_err(dir))?;
+    let me = rustix::process::geteuid().as_raw();
+    if !meta.is_dir() || meta.uid() != me || meta.mode() & 0o022 != 0 {
+        return Err(claim_err(dir)(std::io::Error::other(
+            "not a directory owned and writable only by this user",
+        )));
+    }
+    let mut floor = ROOT_INVOKER_BASE;
+    while let Some(range) = free_range(taken, floor, MAP_SIZE) {
+        let path = dir.join(format!("{:08x}", range.start));
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&path)
+            .map_err(claim_err(&path))?;
+        match rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => return Ok(RangeClaim { range, _lock: file }),
+            Err(rustix::io::Errno::WOULDBLOCK) => {}
+            Err(e) => return Err(claim_err(&path)(e.into())),
+        }
+        let Some(next) = range.start.checked_add(range.count) else {
+            break;
+        };
+        floor = next;
+    }
+    Err(IdMapError::NoFreeRange)
 }
 
 /// Unprivileged invoker with a subordinate range: inside `0..count` maps onto the range, except
@@ -408,21 +506,70 @@ mod tests {
     }
 
     #[test]
-    fn root_invoker_never_maps_sandbox_root_to_host_root() {
-        let p = plan(&host(0, None, false));
+    fn root_invoker_sandbox_maps_no_host_root_and_mounts_show_the_invoker_as_sandbox_user() {
+        let base = ROOT_INVOKER_BASE + 3 * MAP_SIZE;
+        let range = SubRange {
+            start: base,
+            count: MAP_SIZE,
+        };
+        let p = plan(&host(0, None, false), Some(range));
         assert_eq!(p.root_unavailable, None);
         assert_eq!(p.sandbox_uid, 1000);
-        // Host root shows up inside as the (non-root) sandbox user, so workspace files it writes
-        // belong to the invoker (I5) and in-sandbox root is a subordinate id.
-        assert_eq!(inside_of(&p.uid_map, 0), Some(1000));
-        assert_eq!(inside_of(&p.uid_map, ROOT_INVOKER_BASE), Some(0));
+        // No sandbox identity is host root: host uid 0 is not mapped at all.
+        assert_eq!(inside_of(&p.uid_map, 0), None, "host root is mapped inside");
+        assert_eq!(
+            inside_of(&p.gid_map, 0),
+            None,
+            "host root group is mapped inside"
+        );
+        assert_eq!(inside_of(&p.uid_map, base), Some(0));
+        assert_eq!(inside_of(&p.uid_map, base + 1000), Some(1000));
         assert_disjoint(&p.uid_map);
-        assert_eq!(p.uid_map.iter().map(|l| l.count).sum::<u32>(), MAP_SIZE);
+        // Workspace mounts: the invoker's files (on disk 0) show as the sandbox user's host id,
+        // the rest of the sandbox's range as itself; the map stays a bijection.
+        let m = p.mount_maps.expect("root invokers use id-mapped mounts");
+        for map in [&m.owner_uid, &m.owner_gid] {
+            assert_eq!(inside_of_disk(map, 0), Some(base + 1000));
+            assert_eq!(inside_of_disk(map, base), Some(base));
+            assert_eq!(inside_of_disk(map, base + 1000), None);
+            assert_disjoint(map);
+        }
+    }
+
+    /// For a mount map (inside = on-disk id, outside = host id seen through the mount).
+    fn inside_of_disk(map: &[MapLine], disk: u32) -> Option<u32> {
+        map.iter()
+            .find(|l| disk >= l.inside && disk - l.inside < l.count)
+            .map(|l| l.outside + (disk - l.inside))
+    }
+
+    #[test]
+    fn concurrent_root_sandboxes_get_distinct_ranges_outside_every_subuid_range() {
+        let dir = tempfile::tempdir().unwrap();
+        let ranges = dir.path().join("ranges");
+        // /etc/subuid hands out the first slot above the base: it must be skipped.
+        let taken = [SubRange {
+            start: ROOT_INVOKER_BASE + 5,
+            count: 10,
+        }];
+        let a = claim_root_range(&ranges, &taken).unwrap();
+        let b = claim_root_range(&ranges, &taken).unwrap();
+        assert_ne!(a.range, b.range, "two live sandboxes share an id range");
+        for r in [a.range, b.range] {
+            assert!(
+                r.start >= ROOT_INVOKER_BASE + MAP_SIZE,
+                "{r:?} overlaps /etc/subuid"
+            );
+        }
+        // A released range is reused.
+        let freed = a.range;
+        drop(a);
+        assert_eq!(claim_root_range(&ranges, &taken).unwrap().range, freed);
     }
 
     #[test]
     fn unprivileged_invoker_without_subids_gets_single_map_and_a_reason() {
-        let p = plan(&host(1234, None, true));
+        let p = plan(&host(1234, None, true), None);
         assert_eq!(p.uid_map, vec![line(1234, 1234, 1)]);
         assert_eq!(
             p.writer,
@@ -435,7 +582,7 @@ mod tests {
             start: 100000,
             count: 65536,
         });
-        let p = plan(&host(1234, sub, false));
+        let p = plan(&host(1234, sub, false), None);
         assert!(p.root_unavailable.unwrap().contains("uidmap"));
     }
 
@@ -445,7 +592,7 @@ mod tests {
             start: 100000,
             count: 65536,
         });
-        let p = plan(&host(1234, sub, true));
+        let p = plan(&host(1234, sub, true), None);
         assert_eq!(p.root_unavailable, None);
         assert_eq!(p.writer, MapWriter::Helpers);
         assert_eq!(inside_of(&p.uid_map, 1234), Some(1234));
@@ -481,7 +628,7 @@ mod tests {
         // The refusal of `--root` carries the same free range.
         let mut h = host(1234, None, true);
         h.taken = taken;
-        let reason = plan(&h).root_unavailable.unwrap();
+        let reason = plan(&h, None).root_unavailable.unwrap();
         assert!(reason.contains("196608-262143"), "{reason}");
         // A full id space yields no proposal rather than an overlapping one.
         let all = [SubRange {

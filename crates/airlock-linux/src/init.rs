@@ -34,6 +34,7 @@ use crate::bootstrap::{
     Bootstrap, BootstrapError, Sync, CONTROL_FD, FIRST_UNUSED_FD, STAGE_INIT, STAGE_NAMESPACES,
     STAGE_ROOTFS, SYNC_FD,
 };
+use crate::idmounts::{IdMountError, Received};
 use crate::rootfs::{self, RootfsError};
 use crate::spec::SandboxSpec;
 use crate::sys::fd::{close_all_from, take_inherited};
@@ -53,6 +54,8 @@ pub enum InitError {
     Bootstrap(#[from] BootstrapError),
     #[error(transparent)]
     Rootfs(#[from] RootfsError),
+    #[error(transparent)]
+    IdMount(#[from] IdMountError),
     #[error("the per-epoch key is malformed")]
     BadKey,
     #[error("cannot prepare the guest's confinement: {0}")]
@@ -66,7 +69,7 @@ impl InitError {
             InitError::Syscall { syscall, .. } if syscall.starts_with("unshare") => {
                 STAGE_NAMESPACES
             }
-            InitError::Rootfs(_) => STAGE_ROOTFS,
+            InitError::Rootfs(_) | InitError::IdMount(_) => STAGE_ROOTFS,
             InitError::Syscall { .. }
             | InitError::ParentGone
             | InitError::Bootstrap(_)
@@ -132,6 +135,10 @@ fn prepare<T>(
         return Err(InitError::ParentGone);
     }
     let key = decode_key(&boot.key_hex)?;
+    // Entered while we still have the invoker's identity: once a root invoker's sandbox runs
+    // under its own id range, the host directories above it are no longer searchable. The new
+    // mount namespace moves the working directory onto its copy of the mount.
+    sys("chdir(scratch)", rustix::process::chdir(&boot.scratch_dir))?;
 
     // 2. Every namespace but cgroup (joined after the host moved us into our cgroup).
     let flags = CloneFlags::CLONE_NEWUSER
@@ -142,9 +149,11 @@ fn prepare<T>(
         | CloneFlags::CLONE_NEWIPC;
     sys("unshare", unshare(flags))?;
 
-    // 3. Maps and cgroup are done by the host.
+    // 3. Maps and cgroup are done by the host, which also passes a root invoker's id-mapped
+    //    mounts (idmounts.rs) with the `mapped` line.
     sync.send("unshared")?;
-    sync.expect("mapped")?;
+    let (labels, fds) = sync.expect_with_fds("mapped")?;
+    let mut mounts = Received::new(&labels, fds)?;
     // Only now: a non-dumpable process's /proc files belong to root, which would have kept an
     // unprivileged host from writing our uid_map. From here on the key in our memory is shielded
     // from ptrace and /proc/PID/mem (PID 1, forked below, inherits this).
@@ -176,14 +185,13 @@ fn prepare<T>(
     )?;
     match sys("fork", fork_single_threaded())? {
         Forked::Parent { child } => {
-            drop(alive_r);
-            drop(control);
+            drop((alive_r, control, mounts));
             sync.send(&format!("pid1 {child}"))?;
             intermediate_wait(child, alive_w)
         }
         Forked::Child => {
             drop(alive_w);
-            pid1_setup(&boot, alive_r)?;
+            pid1_setup(&boot, alive_r, &mut mounts)?;
             let prepared = preflight().map_err(InitError::Preflight)?;
             sync.send("ready")?;
             let handoff = Handoff {
@@ -213,7 +221,11 @@ fn intermediate_wait(child: libc::pid_t, _alive: OwnedFd) -> ! {
     std::process::exit(code)
 }
 
-fn pid1_setup(boot: &Bootstrap, alive: OwnedFd) -> Result<(), InitError> {
+fn pid1_setup(
+    boot: &Bootstrap,
+    alive: OwnedFd,
+    mounts: &mut Received,
+) -> Result<(), InitError> {
     sys(
         "prctl(PR_SET_PDEATHSIG)",
         set_parent_process_death_signal(Some(Signal::KILL)),
@@ -235,7 +247,7 @@ fn pid1_setup(boot: &Bootstrap, alive: OwnedFd) -> Result<(), InitError> {
         "prctl(PR_SET_DUMPABLE)",
         rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable),
     )?;
-    rootfs::build(boot)?;
+    rootfs::build(boot, mounts)?;
     sys(
         "sethostname",
         rustix::system::sethostname(boot.spec.hostname.as_bytes()),

@@ -7,6 +7,7 @@ pub mod cgroup;
 pub mod doctor;
 pub mod host;
 pub mod idmap;
+pub mod idmounts;
 pub mod init;
 pub mod pidfd;
 pub mod rootfs;

@@ -25,6 +25,7 @@
 //! enforcement is failure).
 
 use std::fs;
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::{symlink, PermissionsExt};
 use std::path::{Path, PathBuf};
 
@@ -32,7 +33,9 @@ use nix::mount::{mount, umount2, MntFlags, MsFlags};
 use thiserror::Error;
 
 use crate::bootstrap::Bootstrap;
+use crate::idmounts::{Received, HOST_IMAGE_ENTRIES};
 use crate::spec::{Egress, Image, Mapping, EGRESS_DIR, SYSTEM_CA_BUNDLE};
+use crate::sys::idmount;
 
 mod devproc;
 mod etc;
@@ -84,12 +87,10 @@ pub enum RootfsError {
     },
     #[error("the mapping target {path} must be an absolute path without '..'")]
     BadTarget { path: PathBuf },
+    #[error("the host passed no id-mapped mount for {label}")]
+    MissingMount { label: String },
 }
 
-/// Top-level host entries the `host` image exposes (I2). Everything else stays invisible.
-const HOST_IMAGE_ENTRIES: &[&str] = &[
-    "usr", "etc", "opt", "bin", "sbin", "lib", "lib32", "lib64", "libx32",
-];
 /// Top-level directories that start empty (I2).
 const EMPTY_DIRS: &[(&str, u32)] = &[
     ("home", 0o755),
@@ -107,7 +108,10 @@ const EMPTY_DIRS: &[(&str, u32)] = &[
 ];
 
 /// Builds the root filesystem described by `boot` and pivots into it (steps 1–7 above).
-pub fn build(boot: &Bootstrap) -> Result<(), RootfsError> {
+/// The working directory is the host's empty scratch directory (entered before the sandbox's
+/// identity applied); `mounts` are the id-mapped mounts the host passed (a root invoker's
+/// sandbox).
+pub fn build(boot: &Bootstrap, mounts: &mut Received) -> Result<(), RootfsError> {
     // 1. No propagation back to the host (or from it: later host mounts stay invisible).
     mount_raw(
         None,
@@ -119,16 +123,8 @@ pub fn build(boot: &Bootstrap) -> Result<(), RootfsError> {
     )?;
 
     // 2. Scratch space and the new root.
-    let scratch = boot.scratch_dir.clone();
+    let scratch = enter_scratch(boot)?;
     let tmpfs_flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
-    mount_raw(
-        Some("airlock"),
-        &scratch,
-        Some("tmpfs"),
-        tmpfs_flags,
-        Some("mode=0700"),
-        "tmpfs",
-    )?;
     let root = scratch.join("root");
     mkdir(&root, 0o755)?;
     mount_raw(
@@ -148,8 +144,11 @@ pub fn build(boot: &Bootstrap) -> Result<(), RootfsError> {
 
     // 3. The image.
     match &boot.spec.image {
-        Image::Host => host_image(&root, &layers)?,
-        Image::Directory(dir) => overlay(dir, &root, &layers, "root")?,
+        Image::Host => host_image(&root, &layers, mounts)?,
+        Image::Directory(dir) => {
+            let lower = lower_layer(dir, "image", &scratch, mounts)?;
+            overlay(&lower, &root, &layers, "root")?
+        }
     }
 
     // 4. Empty directories, home, mappings.
@@ -160,11 +159,12 @@ pub fn build(boot: &Bootstrap) -> Result<(), RootfsError> {
         }
     }
     make_home(&root, boot)?;
-    for mapping in boot.spec.mappings_in_mount_order() {
-        bind_mapping(&root, mapping)?;
+    for (i, mapping) in boot.spec.mappings_in_mount_order().iter().enumerate() {
+        let idmapped = passed_mount(mounts, &format!("map:{i}"))?;
+        bind_mapping(&root, mapping, idmapped)?;
     }
     if let Some(egress) = &boot.spec.egress {
-        bind_egress(&root, egress)?;
+        bind_egress(&root, egress, mounts)?;
     }
 
     // 5. /etc masks and generated files (on top of anything mapped under /etc).
@@ -185,7 +185,8 @@ struct Layers {
     work: PathBuf,
 }
 
-fn host_image(root: &Path, layers: &Layers) -> Result<(), RootfsError> {
+fn host_image(root: &Path, layers: &Layers, mounts: &mut Received) -> Result<(), RootfsError> {
+    let scratch = layers.upper.parent().unwrap_or(Path::new("."));
     for name in HOST_IMAGE_ENTRIES {
         let host = Path::new("/").join(name);
         let meta = match fs::symlink_metadata(&host) {
@@ -205,7 +206,8 @@ fn host_image(root: &Path, layers: &Layers) -> Result<(), RootfsError> {
             })?;
         } else if meta.is_dir() {
             mkdir(&target, 0o755)?;
-            overlay(&host, &target, layers, name)?;
+            let lower = lower_layer(&host, &format!("lower:{name}"), scratch, mounts)?;
+            overlay(&lower, &target, layers, name)?;
         }
     }
     Ok(())
@@ -262,14 +264,22 @@ fn make_home(root: &Path, boot: &Bootstrap) -> Result<(), RootfsError> {
 /// Binds one workspace or mount at its sandbox path: `nosuid,nodev`, plus `ro` when read-only.
 /// A mapping names a directory, or a single non-directory file (e.g. the Unix socket of a
 /// host-side service), whose mount point is then an empty file.
-fn bind_mapping(root: &Path, m: &Mapping) -> Result<(), RootfsError> {
+fn bind_mapping(root: &Path, m: &Mapping, idmapped: Option<OwnedFd>) -> Result<(), RootfsError> {
     let target = inside(root, &m.sandbox)?;
-    let is_dir = fs::metadata(&m.host)
-        .map_err(|source| RootfsError::Inspect {
-            path: m.host.clone(),
-            source,
-        })?
-        .is_dir();
+    let inspect = |source| RootfsError::Inspect {
+        path: m.host.clone(),
+        source,
+    };
+    // A passed mount is inspected through its descriptor: the host path may not be searchable.
+    let is_dir = match &idmapped {
+        Some(tree) => rustix::fs::FileType::from_raw_mode(
+            rustix::fs::fstat(tree)
+                .map_err(|e| inspect(e.into()))?
+                .st_mode,
+        )
+        .is_dir(),
+        None => fs::metadata(&m.host).map_err(inspect)?.is_dir(),
+    };
     let dir = if is_dir {
         target.as_path()
     } else {
@@ -281,6 +291,10 @@ fn bind_mapping(root: &Path, m: &Mapping) -> Result<(), RootfsError> {
     })?;
     if !is_dir && !target.exists() {
         write_file(&target, b"", 0o600)?;
+    }
+    if let Some(tree) = idmapped {
+        // Cloned by the host without submounts, flags already set (idmounts.rs).
+        return attach_tree(&tree, &m.host, &target);
     }
     // Not recursive: host mounts below a mapping stay invisible (only what was named is mapped).
     bind(&m.host, &target)?;
@@ -294,7 +308,7 @@ fn bind_mapping(root: &Path, m: &Mapping) -> Result<(), RootfsError> {
 /// The egress directory, read-only at [`EGRESS_DIR`], and the generated trust bundle over the
 /// image's system bundle. The bundle replaces only a regular file: a symlink there would be
 /// followed by the bind mount, and resolved against the host's root at this stage.
-fn bind_egress(root: &Path, egress: &Egress) -> Result<(), RootfsError> {
+fn bind_egress(root: &Path, egress: &Egress, mounts: &mut Received) -> Result<(), RootfsError> {
     bind_mapping(
         root,
         &Mapping {
@@ -302,7 +316,12 @@ fn bind_egress(root: &Path, egress: &Egress) -> Result<(), RootfsError> {
             sandbox: PathBuf::from(EGRESS_DIR),
             writable: false,
         },
+        passed_mount(mounts, "egress")?,
     )?;
+    let bundle_tree = match egress.trust_bundle {
+        Some(_) => passed_mount(mounts, "bundle")?,
+        None => None,
+    };
     let Some(bundle) = &egress.trust_bundle else {
         return Ok(());
     };
@@ -315,6 +334,7 @@ fn bind_egress(root: &Path, egress: &Egress) -> Result<(), RootfsError> {
                 sandbox: PathBuf::from(SYSTEM_CA_BUNDLE),
                 writable: false,
             },
+            bundle_tree,
         ),
         Ok(_) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
@@ -323,6 +343,64 @@ fn bind_egress(root: &Path, egress: &Egress) -> Result<(), RootfsError> {
             source,
         }),
     }
+}
+
+/// Mounts the scratch tmpfs on the working directory (the host's scratch directory) and enters
+/// it; returns the path the rest of the build uses for it (`.`). No host path is walked: a root
+/// invoker's sandbox may not search the directories above it any more.
+fn enter_scratch(boot: &Bootstrap) -> Result<PathBuf, RootfsError> {
+    let err = |source: std::io::Error| RootfsError::Mount {
+        fstype: "tmpfs",
+        target: boot.scratch_dir.clone(),
+        source: nix::Error::from_raw(source.raw_os_error().unwrap_or(libc::EIO)),
+    };
+    let mnt = idmount::tmpfs_on_cwd(&[("mode", "0700")]).map_err(err)?;
+    rustix::process::fchdir(&mnt).map_err(|e| err(e.into()))?;
+    Ok(PathBuf::from("."))
+}
+
+/// The id-mapped mount passed as `label`; `None` when the host passed none at all (an
+/// unprivileged invoker's sandbox binds host paths itself). Once the host passed mounts, a
+/// missing one is an error: falling back to the host path would show it as `nobody`'s.
+fn passed_mount(mounts: &mut Received, label: &str) -> Result<Option<OwnedFd>, RootfsError> {
+    if !mounts.active() {
+        return Ok(None);
+    }
+    mounts
+        .take(label)
+        .map(Some)
+        .ok_or_else(|| RootfsError::MissingMount {
+            label: label.to_owned(),
+        })
+}
+
+/// The overlay lower layer for the host directory `host`: the id-mapped mount passed as `label`,
+/// attached under the scratch space, or `host` itself when no mounts were passed.
+fn lower_layer(
+    host: &Path,
+    label: &str,
+    scratch: &Path,
+    mounts: &mut Received,
+) -> Result<PathBuf, RootfsError> {
+    let Some(tree) = passed_mount(mounts, label)? else {
+        return Ok(host.to_path_buf());
+    };
+    let lowers = scratch.join("lower");
+    if !lowers.exists() {
+        mkdir(&lowers, 0o700)?;
+    }
+    let target = lowers.join(label.trim_start_matches("lower:"));
+    mkdir(&target, 0o755)?;
+    attach_tree(&tree, host, &target)?;
+    Ok(target)
+}
+
+fn attach_tree(tree: &OwnedFd, src: &Path, target: &Path) -> Result<(), RootfsError> {
+    idmount::attach(tree.as_fd(), target).map_err(|source| RootfsError::Bind {
+        src: src.to_path_buf(),
+        target: target.to_path_buf(),
+        source: nix::Error::from_raw(source.raw_os_error().unwrap_or(libc::EIO)),
+    })
 }
 
 /// `root` joined with an absolute sandbox path, refusing `..` components.

@@ -449,6 +449,12 @@ pub fn start_error(e: StartError) -> HostError {
             e.to_string(),
         )
         .with_hint(doctor),
+        StartError::IdMount(_) => HostError::new(
+            ErrorKind::BackendUnavailable,
+            "backend.idmount",
+            e.to_string(),
+        )
+        .with_hint(doctor),
         StartError::Init { source } => match source {
             BootstrapError::Remote { stage, message } if stage == STAGE_NAMESPACES => {
                 HostError::new(

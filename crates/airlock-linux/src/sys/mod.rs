@@ -5,6 +5,7 @@
 pub mod fd;
 pub mod filter_check;
 pub mod fork;
+pub mod idmount;
 pub mod janitor;
 pub mod net;
 pub mod probe;

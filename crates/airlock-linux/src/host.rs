@@ -270,11 +270,14 @@ impl Sandbox {
         join(self.init.id()).map_err(StartError::Limits)?;
         self.timings.join = t.elapsed();
         t = Instant::now();
+        // Kept until `ready`: dropping it reaps a helper child, which has exited by then.
+        let mut prepared = None;
         match &self.ids.mount_maps {
             Some(maps) => {
                 let mounts = idmounts::prepare(&boot.spec, self.init.id(), maps)?;
                 let fds: Vec<_> = mounts.fds.iter().map(|f| f.as_fd()).collect();
                 sync.send_with_fds(&mounts.line(), &fds).map_err(init_err)?;
+                prepared = Some(mounts);
             }
             None => sync.send("mapped").map_err(init_err)?,
         }
@@ -290,6 +293,7 @@ impl Sandbox {
         self.pid1 = crate::pidfd::open(pid1);
         sync.expect("ready").map_err(init_err)?;
         self.timings.rootfs = t.elapsed();
+        drop(prepared);
         Ok(())
     }
 

@@ -68,10 +68,12 @@ pub const HOST_IMAGE_ENTRIES: &[&str] = &[
     "usr", "etc", "opt", "bin", "sbin", "lib", "lib32", "lib64", "libx32",
 ];
 
-/// What the host prepared: one label per descriptor, in order.
+/// What the host prepared: one label per descriptor, in order. Drop it once the sandbox is
+/// ready: that reaps the short-lived child that made the mounts' user namespace.
 pub struct Prepared {
     pub labels: Vec<String>,
     pub fds: Vec<OwnedFd>,
+    _ns_child: idmount::NsChild,
 }
 
 impl Prepared {
@@ -98,11 +100,13 @@ pub fn prepare(
             pid: init_pid,
             source,
         })?;
-    let owner_ns = idmount::user_namespace(&maps.owner_uid_text(), &maps.owner_gid_text())
-        .map_err(|source| IdMountError::OwnerNamespace { source })?;
+    let (owner_ns, ns_child) =
+        idmount::user_namespace(&maps.owner_uid_text(), &maps.owner_gid_text())
+            .map_err(|source| IdMountError::OwnerNamespace { source })?;
     let mut out = Prepared {
         labels: Vec::new(),
         fds: Vec::new(),
+        _ns_child: ns_child,
     };
     let mut add = |label: String, path: &Path, ns: &OwnedFd, read_only: bool| {
         let tree = idmount::clone_tree(path).map_err(|source| IdMountError::Clone {

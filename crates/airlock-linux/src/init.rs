@@ -221,11 +221,7 @@ fn intermediate_wait(child: libc::pid_t, _alive: OwnedFd) -> ! {
     std::process::exit(code)
 }
 
-fn pid1_setup(
-    boot: &Bootstrap,
-    alive: OwnedFd,
-    mounts: &mut Received,
-) -> Result<(), InitError> {
+fn pid1_setup(boot: &Bootstrap, alive: OwnedFd, mounts: &mut Received) -> Result<(), InitError> {
     sys(
         "prctl(PR_SET_PDEATHSIG)",
         set_parent_process_death_signal(Some(Signal::KILL)),

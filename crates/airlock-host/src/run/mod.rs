@@ -70,6 +70,7 @@ impl EphemeralRun {
         phases.add("namespaces", t.namespaces);
         phases.add("maps", t.maps);
         phases.add("cgroup-join", t.join);
+        phases.add("idmounts", t.idmounts);
         phases.add("rootfs+pivot_root", t.rootfs);
         phases.restart();
         Ok(Self {

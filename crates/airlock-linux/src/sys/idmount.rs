@@ -116,42 +116,85 @@ pub fn tmpfs_on_cwd(options: &[(&str, &str)]) -> io::Result<OwnedFd> {
 /// those maps (root in the caller's namespace).
 ///
 /// A child is cloned into the namespace, holds it while the maps are written and the
-/// namespace is opened, then exits; it runs nothing but `read` and `_exit`.
-pub fn user_namespace(uid_map: &str, gid_map: &str) -> io::Result<OwnedFd> {
+/// namespace is opened, then exits. It shares our memory (`CLONE_VM`: no page tables to copy,
+/// which is what makes this cheap enough for the start path) and runs only [`hold_namespace`]
+/// on a stack of its own.
+pub fn user_namespace(uid_map: &str, gid_map: &str) -> io::Result<(OwnedFd, NsChild)> {
     let (hold_r, hold_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
-    let (hold, release) = (hold_r.as_raw_fd(), hold_w.as_raw_fd());
-    // SAFETY: a raw fork-like clone (no new stack, SIGCHLD on exit) into a new user namespace.
-    // The child touches no Rust runtime state: it only calls the async-signal-safe `close` and
-    // `read` on an inherited pipe (returns at EOF, when the parent is done or gone) and `_exit`,
-    // so it is sound even though the parent may be multi-threaded.
+    let mut child = NsChild {
+        pid: 0,
+        fds: Box::new([hold_r.as_raw_fd(), hold_w.as_raw_fd()]),
+        stack: vec![0u8; CHILD_STACK],
+    };
+    // The stack grows down on every architecture Linux runs this on; keep the top 16-aligned.
+    let top = (child.stack.as_mut_ptr() as usize + CHILD_STACK) & !15;
+    // SAFETY: `hold_namespace` runs on `child.stack`, which outlives the child (NsChild's drop
+    // reaps it before the stack is freed), and reads only `child.fds`, which also outlives it.
+    // It calls only the async-signal-safe `close` and `read` and returns (the clone wrapper then
+    // exits the child); it touches no other memory, so sharing our address space without
+    // synchronisation is sound.
     let pid = unsafe {
-        let pid = libc::syscall(
-            libc::SYS_clone,
-            (libc::CLONE_NEWUSER | libc::SIGCHLD) as libc::c_ulong,
-            0usize,
-            0usize,
-            0usize,
-            0usize,
-        );
-        if pid == 0 {
-            // The child's copy of the write end would keep its own read from ever ending.
-            libc::close(release);
-            let mut byte = 0u8;
-            libc::read(hold, (&mut byte as *mut u8).cast(), 1);
-            libc::_exit(0);
-        }
-        pid
+        libc::clone(
+            hold_namespace,
+            top as *mut libc::c_void,
+            libc::CLONE_NEWUSER | libc::CLONE_VM | libc::SIGCHLD,
+            child.fds.as_mut_ptr().cast(),
+        )
     };
     if pid < 0 {
         return Err(io::Error::last_os_error());
     }
+    child.pid = pid;
     drop(hold_r);
-    let result = write_maps_and_open(pid as libc::pid_t, uid_map, gid_map);
+    let result = write_maps_and_open(pid, uid_map, gid_map);
+    // The child exits at EOF, concurrently with our caller; NsChild reaps it.
     drop(hold_w);
-    let mut status = 0;
-    // SAFETY: reaps the child cloned above (ours; nothing else waits for it).
-    unsafe { libc::waitpid(pid as libc::pid_t, &mut status, libc::__WALL) };
-    result
+    result.map(|ns| (ns, child))
+}
+
+/// The child of [`user_namespace`], reaped (waited for) on drop. Keep it until a moment where
+/// waiting costs nothing (it exits as soon as the namespace is opened).
+pub struct NsChild {
+    pid: libc::pid_t,
+    fds: Box<[libc::c_int; 2]>,
+    stack: Vec<u8>,
+}
+
+impl Drop for NsChild {
+    fn drop(&mut self) {
+        if self.pid > 0 {
+            let mut status = 0;
+            // SAFETY: reaps the child cloned by `user_namespace` (ours; nothing else waits for
+            // it); only after this may its stack and `fds` be freed.
+            unsafe { libc::waitpid(self.pid, &mut status, libc::__WALL) };
+        }
+        let _ = (&self.fds, &self.stack);
+    }
+}
+
+impl std::fmt::Debug for NsChild {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "NsChild({})", self.pid)
+    }
+}
+
+/// Stack size of the namespace-holding child (it calls three syscalls).
+const CHILD_STACK: usize = 16 * 1024;
+
+/// Body of the child of [`user_namespace`]: `arg` points to `[read end, write end]` of the
+/// hold pipe. Drops its copy of the write end, then waits for EOF (the parent is done or gone).
+extern "C" fn hold_namespace(arg: *mut libc::c_void) -> libc::c_int {
+    let fds = arg.cast::<[libc::c_int; 2]>();
+    // SAFETY: `arg` is the `fds` array of `user_namespace`, alive until this child is reaped;
+    // close and read are async-signal-safe and only touch this process's descriptor table and
+    // the one-byte local buffer.
+    unsafe {
+        let [hold, release] = *fds;
+        libc::close(release);
+        let mut byte = 0u8;
+        libc::read(hold, (&mut byte as *mut u8).cast(), 1);
+    }
+    0
 }
 
 fn write_maps_and_open(pid: libc::pid_t, uid_map: &str, gid_map: &str) -> io::Result<OwnedFd> {

@@ -101,6 +101,9 @@ pub struct StartTimings {
     pub join: Duration,
     /// Preparing the id-mapped mounts (root invokers only).
     pub idmounts: Duration,
+    /// Scanning `/etc` and `/opt` for what others may not read (root invokers only; overlaps
+    /// the `namespaces` phase, which includes it).
+    pub scan: Duration,
     /// Building the root filesystem and entering it, until `ready`.
     pub rootfs: Duration,
 }
@@ -261,6 +264,13 @@ impl Sandbox {
             })?;
         let mut sync = Sync::new(sync_host).map_err(init_err)?;
         let mut t = Instant::now();
+        // While the init stage makes its namespaces: what a root invoker's in-sandbox root must
+        // not see (idmounts.rs, rootfs/unreadable.rs).
+        let unreadable = match self.ids.mount_maps {
+            Some(_) => idmounts::scan_unreadable()?,
+            None => Vec::new(),
+        };
+        self.timings.scan = t.elapsed();
         sync.expect("unshared").map_err(init_err)?;
         self.timings.namespaces = t.elapsed();
         t = Instant::now();
@@ -274,7 +284,7 @@ impl Sandbox {
         let mut prepared = None;
         match &self.ids.mount_maps {
             Some(maps) => {
-                let mounts = idmounts::prepare(&boot.spec, self.init.id(), maps)?;
+                let mounts = idmounts::prepare(&boot.spec, self.init.id(), maps, unreadable)?;
                 let fds: Vec<_> = mounts.fds.iter().map(|f| f.as_fd()).collect();
                 sync.send_with_fds(&mounts.line(), &fds).map_err(init_err)?;
                 prepared = Some(mounts);

@@ -59,6 +59,12 @@ pub enum IdMountError {
         #[source]
         source: std::io::Error,
     },
+    #[error("cannot scan {path} for files others may not read: {source}")]
+    Scan {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("the host sent id-mapped mounts the sandbox cannot match: {0}")]
     Mismatch(String),
 }
@@ -68,23 +74,33 @@ pub const HOST_IMAGE_ENTRIES: &[&str] = &[
     "usr", "etc", "opt", "bin", "sbin", "lib", "lib32", "lib64", "libx32",
 ];
 
-/// What the host prepared: one label per descriptor, in order. Drop it once the sandbox is
-/// ready: that reaps the short-lived child that made the mounts' user namespace.
+/// What the host prepared: one label per descriptor, in order, and the image entries to mask.
+/// Drop it once the sandbox is ready: that reaps the short-lived child that made the mounts'
+/// user namespace.
 pub struct Prepared {
     pub labels: Vec<String>,
     pub fds: Vec<OwnedFd>,
+    pub unreadable: Vec<Unreadable>,
     _ns_child: idmount::NsChild,
 }
 
+/// The JSON payload of the `mapped` line when mounts are passed.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct MappedPayload {
+    labels: Vec<String>,
+    unreadable: Vec<Unreadable>,
+}
+
 impl Prepared {
-    /// The `mapped` handshake line carrying these mounts.
+    /// The `mapped` handshake line carrying these mounts (the descriptors go alongside).
     pub fn line(&self) -> String {
-        let mut line = String::from("mapped");
-        for label in &self.labels {
-            line.push(' ');
-            line.push_str(label);
-        }
-        line
+        let payload = MappedPayload {
+            labels: self.labels.clone(),
+            unreadable: self.unreadable.clone(),
+        };
+        // Serialising strings and paths of this shape cannot fail.
+        let json = serde_json::to_string(&payload).unwrap_or_default();
+        format!("mapped {json}")
     }
 }
 
@@ -94,6 +110,7 @@ pub fn prepare(
     spec: &SandboxSpec,
     init_pid: u32,
     maps: &MountMaps,
+    unreadable: Vec<Unreadable>,
 ) -> Result<Prepared, IdMountError> {
     let sandbox_ns = idmount::open_namespace(Path::new(&format!("/proc/{init_pid}/ns/user")))
         .map_err(|source| IdMountError::SandboxNamespace {
@@ -106,6 +123,7 @@ pub fn prepare(
     let mut out = Prepared {
         labels: Vec::new(),
         fds: Vec::new(),
+        unreadable,
         _ns_child: ns_child,
     };
     let mut add = |label: String, path: &Path, ns: &OwnedFd, read_only: bool| {
@@ -152,38 +170,128 @@ pub fn prepare(
     Ok(out)
 }
 
-/// Init-stage side: the detached mounts the host passed, by label.
+/// Init-stage side: the detached mounts the host passed, by label, and what to mask.
 #[derive(Debug, Default)]
 pub struct Received {
     mounts: HashMap<String, OwnedFd>,
+    pub unreadable: Vec<Unreadable>,
+    /// Whether the host passed any (fixed at arrival; taking mounts does not change it).
+    active: bool,
 }
 
 impl Received {
-    /// Pairs the labels of the `mapped` line with the descriptors that came with it.
-    pub fn new(labels: &str, fds: Vec<OwnedFd>) -> Result<Received, IdMountError> {
-        let labels: Vec<&str> = labels.split_whitespace().collect();
-        if labels.len() != fds.len() {
+    /// Reads the rest of the `mapped` line (empty: no mounts) and pairs its labels with the
+    /// descriptors that came with it.
+    pub fn new(rest: &str, fds: Vec<OwnedFd>) -> Result<Received, IdMountError> {
+        if rest.is_empty() && fds.is_empty() {
+            return Ok(Received::default());
+        }
+        let payload: MappedPayload =
+            serde_json::from_str(rest).map_err(|e| IdMountError::Mismatch(e.to_string()))?;
+        if payload.labels.len() != fds.len() {
             return Err(IdMountError::Mismatch(format!(
                 "{} labels, {} descriptors",
-                labels.len(),
+                payload.labels.len(),
                 fds.len()
             )));
         }
-        let mounts = labels
+        let mounts = payload
+            .labels
             .into_iter()
-            .map(str::to_owned)
             .zip(fds)
             .collect::<HashMap<_, _>>();
-        Ok(Received { mounts })
+        Ok(Received {
+            active: !mounts.is_empty(),
+            mounts,
+            unreadable: payload.unreadable,
+        })
     }
 
     /// Whether the host passed id-mapped mounts (a root invoker's sandbox).
     pub fn active(&self) -> bool {
-        !self.mounts.is_empty()
+        self.active
     }
 
     /// Takes the mount passed as `label`.
     pub fn take(&mut self, label: &str) -> Option<OwnedFd> {
         self.mounts.remove(label)
+    }
+}
+
+/// Directories of the image the host walks for entries others may not read
+/// (`rootfs/unreadable.rs` says why these and not `/usr`).
+pub const WALKED: &[&str] = &["/etc", "/opt"];
+
+/// A host path others may not read (a file) or not list and enter (a directory).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Unreadable {
+    pub path: PathBuf,
+    pub dir: bool,
+}
+
+/// Whether others may not use an entry of this mode: read a file, or list and enter a directory.
+pub fn hidden_from_others(mode: u32, is_dir: bool) -> bool {
+    let unreadable = mode & 0o004 == 0;
+    unreadable || (is_dir && mode & 0o001 == 0)
+}
+
+/// Host side: every entry under [`WALKED`] that others may not read, outermost only (nothing
+/// below a hidden directory is listed). Symbolic links are not followed: a link shows nothing
+/// itself. Unreadable directories below the tops are reported, never skipped silently.
+pub fn scan_unreadable() -> Result<Vec<Unreadable>, IdMountError> {
+    let mut found = Vec::new();
+    for top in WALKED {
+        let top = Path::new(top);
+        match std::fs::symlink_metadata(top) {
+            Ok(meta) if meta.is_dir() => walk(top, &mut found)?,
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(source) => return Err(scan_err(top)(source)),
+        }
+    }
+    Ok(found)
+}
+
+fn scan_err(path: &Path) -> impl FnOnce(std::io::Error) -> IdMountError {
+    let path = path.to_path_buf();
+    move |source| IdMountError::Scan { path, source }
+}
+
+fn walk(dir: &Path, found: &mut Vec<Unreadable>) -> Result<(), IdMountError> {
+    use std::os::unix::fs::PermissionsExt;
+    for entry in std::fs::read_dir(dir).map_err(scan_err(dir))? {
+        let entry = entry.map_err(scan_err(dir))?;
+        let path = entry.path();
+        let meta = std::fs::symlink_metadata(&path).map_err(scan_err(&path))?;
+        let ft = meta.file_type();
+        if ft.is_symlink() {
+            continue;
+        }
+        if hidden_from_others(meta.permissions().mode(), ft.is_dir()) {
+            found.push(Unreadable {
+                path,
+                dir: ft.is_dir(),
+            });
+        } else if ft.is_dir() {
+            walk(&path, found)?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_others_cannot_read_or_enter_are_hidden() {
+        assert!(hidden_from_others(0o600, false));
+        assert!(hidden_from_others(0o640, false));
+        assert!(hidden_from_others(0o700, true));
+        assert!(hidden_from_others(0o754, true), "listable but not enterable");
+        assert!(hidden_from_others(0o711, true), "enterable but not listable");
+        assert!(!hidden_from_others(0o644, false));
+        assert!(!hidden_from_others(0o755, true));
+        assert!(!hidden_from_others(0o4755, false));
     }
 }

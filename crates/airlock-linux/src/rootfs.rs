@@ -39,6 +39,7 @@ use crate::sys::idmount;
 
 mod devproc;
 mod etc;
+mod unreadable;
 
 pub use etc::sandbox_user_name;
 
@@ -149,6 +150,12 @@ pub fn build(boot: &Bootstrap, mounts: &mut Received) -> Result<(), RootfsError>
             let lower = lower_layer(dir, "image", &scratch, mounts)?;
             overlay(&lower, &root, &layers, "root")?
         }
+    }
+
+    // 3b. What others may not read in the image's /etc and /opt, where in-sandbox root could
+    //     (a root invoker's sandbox: its root owns the id-mapped system files).
+    if mounts.active() {
+        unreadable::mask(&root, &scratch, &mounts.unreadable)?;
     }
 
     // 4. Empty directories, home, mappings.

@@ -71,6 +71,7 @@ impl EphemeralRun {
         phases.add("maps", t.maps);
         phases.add("cgroup-join", t.join);
         phases.add("idmounts", t.idmounts);
+        phases.add("scan-unreadable", t.scan);
         phases.add("rootfs+pivot_root", t.rootfs);
         phases.restart();
         Ok(Self {

@@ -125,6 +125,7 @@ pub fn probe_host() -> Vec<Check> {
     checks.push(check_seccomp(&read));
     checks.extend(check_cgroups(&invoker));
     checks.push(check_subordinate_ids(&invoker, &read));
+    checks.push(idmapped::check(&invoker));
     checks
 }
 
@@ -641,5 +642,6 @@ fn check_subordinate_ids(invoker: &Invoker, read: &dyn Fn(&str) -> Option<String
     )
 }
 
+mod idmapped;
 #[cfg(test)]
 mod tests;

@@ -208,3 +208,30 @@ both! {
 fn host_gid(rt: &Rt) -> u32 {
     std::fs::metadata(&rt.project).unwrap().gid()
 }
+
+/// I5 / 9.5b: a root invoker's sandbox refuses a mount whose filesystem cannot be id-mapped
+/// (sysfs here, as NFS and FUSE elsewhere) with the reason, instead of showing it as host
+/// root's files. Unprivileged invokers bind it under their own ids, as before.
+#[test]
+fn root_invoker_refuses_a_filesystem_that_cannot_be_id_mapped() {
+    let rt = Rt::invoker();
+    if !rt.is_root() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "this test needs a root invoker"
+        );
+        eprintln!("skipped: the suite does not run as root");
+        return;
+    }
+    rt.env.write_user_config(
+        "[[mount]]\nname = \"mm\"\npath = \"/sys/kernel/mm\"\nread_only = true\n",
+    );
+    let run = rt.sh(&[], "echo started");
+    run.assert_code(69);
+    assert!(!run.stdout.contains("started"), "{run:?}");
+    assert!(
+        run.stderr.contains("/sys/kernel/mm") && run.stderr.contains("id-mapped"),
+        "{}",
+        run.stderr
+    );
+}

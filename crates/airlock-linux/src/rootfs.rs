@@ -392,6 +392,13 @@ fn lower_layer(
     let Some(tree) = passed_mount(mounts, label)? else {
         return Ok(host.to_path_buf());
     };
+    // The attached copy's path is ours, but the same image must not work for one invoker and
+    // fail for another: refuse what the host path itself could not be.
+    if host.to_string_lossy().contains([',', ':', '\\']) {
+        return Err(RootfsError::UnsafeLayerPath {
+            path: host.to_path_buf(),
+        });
+    }
     let lowers = scratch.join("lower");
     if !lowers.exists() {
         mkdir(&lowers, 0o700)?;

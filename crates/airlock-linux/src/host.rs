@@ -1,8 +1,9 @@
 //! The host side of starting and destroying one sandbox.
 //!
 //! [`Sandbox::start`] is the start sequence, in order:
-//! 1. Decide the id maps ([`crate::idmap::plan`]); refuse at once when `--root` was required and
-//!    the host cannot provide a root identity (with the exact reason).
+//! 1. Decide the id maps ([`crate::idmap::plan`]; a root invoker first claims the sandbox's own id
+//!    range); refuse at once when `--root` was required and the host cannot provide a root
+//!    identity (with the exact reason).
 //! 2. Create the sandbox's 0700 runtime directory, and in it the owner marker (`pid start-time`,
 //!    see [`sweep_stale`]), the per-epoch key (32 random bytes, 0600) and an empty `scratch`
 //!    directory the init stage mounts its tmpfs on.
@@ -10,7 +11,8 @@
 //!    close-on-exec; spawn `airlock __init` with exactly those three at fixed numbers and an empty
 //!    environment (nothing of the host environment reaches the guest implicitly).
 //! 4. Send the bootstrap message (spec and key) through the pipe, then run the handshake:
-//!    `unshared` → write the id maps and join the cgroup → `mapped` → `pid1 N` → `ready`.
+//!    `unshared` → write the id maps and join the cgroup → `mapped` (for a root invoker with its
+//!    id-mapped mounts, `idmounts.rs`) → `pid1 N` → `ready`.
 //!    Any failure kills the init stage and removes everything created above; each step may take
 //!    at most [`START_TIMEOUT`].
 //!

@@ -288,8 +288,14 @@ mod tests {
         assert!(hidden_from_others(0o600, false));
         assert!(hidden_from_others(0o640, false));
         assert!(hidden_from_others(0o700, true));
-        assert!(hidden_from_others(0o754, true), "listable but not enterable");
-        assert!(hidden_from_others(0o711, true), "enterable but not listable");
+        assert!(
+            hidden_from_others(0o754, true),
+            "listable but not enterable"
+        );
+        assert!(
+            hidden_from_others(0o711, true),
+            "enterable but not listable"
+        );
         assert!(!hidden_from_others(0o644, false));
         assert!(!hidden_from_others(0o755, true));
         assert!(!hidden_from_others(0o4755, false));

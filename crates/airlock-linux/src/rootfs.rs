@@ -3,12 +3,17 @@
 //! Runs in PID 1 of the new namespaces, before `pivot_root`, with full capabilities of the
 //! sandbox's user namespace. Order of operations (each step depends on the previous ones):
 //! 1. Make every inherited mount private, so nothing mounted here propagates to the host.
-//! 2. Mount a scratch tmpfs on the host-provided empty directory; it holds the overlay upper and
+//! 2. Mount a scratch tmpfs on the host-provided empty directory (the working directory, entered
+//!    before unsharing: a root invoker's sandbox may not search the host path); it holds the
+//!    overlay upper and
 //!    work directories and the generated files. A second tmpfs inside it becomes the new root.
 //!    Both live only in this mount namespace: when the sandbox's last process exits, they vanish.
 //! 3. The image: for `host`, each allowlisted top-level entry is recreated as the symlink the
 //!    host has, or as an overlay with the host directory as lower layer; nothing else of the host
-//!    root is reachable. Overlays use `userxattr` (we are always in a user namespace).
+//!    root is reachable. Overlays use `userxattr` (we are always in a user namespace). For a root
+//!    invoker the lower layers, workspaces and mounts are the id-mapped mounts the host passed
+//!    (`idmounts.rs`), and entries of `/etc` and `/opt` others may not read are masked
+//!    (`rootfs/unreadable.rs`).
 //! 4. Empty top-level directories, then `$HOME` (the sandbox's own, at the host path), then
 //!    workspaces and mounts in depth order (parents first), each bind remounted `nosuid,nodev`
 //!    and `ro` when read-only; then the egress directory read-only at `/run/airlock` (the proxy

@@ -45,7 +45,14 @@ pub(super) fn mask(root: &Path, scratch: &Path, list: &[Unreadable]) -> Result<(
         }
         if entry.dir {
             let opts = Some("mode=0700,size=4k");
-            mount_raw(Some("airlock-mask"), &path, Some("tmpfs"), flags, opts, "tmpfs")?;
+            mount_raw(
+                Some("airlock-mask"),
+                &path,
+                Some("tmpfs"),
+                flags,
+                opts,
+                "tmpfs",
+            )?;
         } else {
             bind(&empty, &path)?;
             remount_bind(&path, flags)?;

@@ -78,6 +78,8 @@ pub enum StartError {
     Limits(String),
 }
 
+type ScanThread = std::thread::JoinHandle<Result<Vec<idmounts::Unreadable>, IdMountError>>;
+
 /// How long each step of the start handshake may take before the start is abandoned.
 pub const START_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -103,8 +105,8 @@ pub struct StartTimings {
     pub join: Duration,
     /// Preparing the id-mapped mounts (root invokers only).
     pub idmounts: Duration,
-    /// Scanning `/etc` and `/opt` for what others may not read (root invokers only; overlaps
-    /// the `namespaces` phase, which includes it).
+    /// Waiting for the scan of `/etc` and `/opt` for what others may not read (root invokers
+    /// only; it runs on its own thread from the start, so this is what it did not overlap).
     pub scan: Duration,
     /// Building the root filesystem and entering it, until `ready`.
     pub rootfs: Duration,
@@ -122,6 +124,9 @@ pub struct Sandbox {
     ids: IdPlan,
     /// A root invoker's claim on the sandbox's id range (released when the sandbox is gone).
     range: Option<idmap::RangeClaim>,
+    /// The scan of `/etc` and `/opt` for what others may not read (root invokers), running
+    /// while the init stage starts.
+    scan: Option<ScanThread>,
     pub timings: StartTimings,
 }
 
@@ -156,8 +161,13 @@ impl Sandbox {
             }
         }
         let dir = create_private_dir(&opts.sandboxes_dir, &spec.id)?;
-        let started =
-            Self::spawn_and_handshake(spec, opts, join, dir.clone(), ids, t0).map(|mut sandbox| {
+        // Off the critical path: it overlaps creating and spawning the init stage.
+        let scan = ids
+            .mount_maps
+            .is_some()
+            .then(|| std::thread::spawn(idmounts::scan_unreadable));
+        let started = Self::spawn_and_handshake(spec, opts, join, dir.clone(), (ids, scan), t0)
+            .map(|mut sandbox| {
                 sandbox.range = claim;
                 sandbox
             });
@@ -172,7 +182,7 @@ impl Sandbox {
         opts: &StartOptions,
         join: JoinHook<'_>,
         dir: PathBuf,
-        ids: IdPlan,
+        (ids, scan): (IdPlan, Option<ScanThread>),
         t0: Instant,
     ) -> Result<Sandbox, StartError> {
         let key = new_key()?;
@@ -223,6 +233,7 @@ impl Sandbox {
             key: *key.as_bytes(),
             ids,
             range: None,
+            scan,
             timings: StartTimings::default(),
         };
         let boot = Bootstrap {
@@ -266,13 +277,6 @@ impl Sandbox {
             })?;
         let mut sync = Sync::new(sync_host).map_err(init_err)?;
         let mut t = Instant::now();
-        // While the init stage makes its namespaces: what a root invoker's in-sandbox root must
-        // not see (idmounts.rs, rootfs/unreadable.rs).
-        let unreadable = match self.ids.mount_maps {
-            Some(_) => idmounts::scan_unreadable()?,
-            None => Vec::new(),
-        };
-        self.timings.scan = t.elapsed();
         sync.expect("unshared").map_err(init_err)?;
         self.timings.namespaces = t.elapsed();
         t = Instant::now();
@@ -286,6 +290,18 @@ impl Sandbox {
         let mut prepared = None;
         match &self.ids.mount_maps {
             Some(maps) => {
+                let waited = Instant::now();
+                let unreadable = match self.scan.take().map(std::thread::JoinHandle::join) {
+                    Some(Ok(scanned)) => scanned?,
+                    Some(Err(_)) => {
+                        return Err(StartError::IdMount(IdMountError::Scan {
+                            path: PathBuf::from("/etc"),
+                            source: std::io::Error::other("the scanning thread panicked"),
+                        }))
+                    }
+                    None => Vec::new(),
+                };
+                self.timings.scan = waited.elapsed();
                 let mounts = idmounts::prepare(&boot.spec, self.init.id(), maps, unreadable)?;
                 let fds: Vec<_> = mounts.fds.iter().map(|f| f.as_fd()).collect();
                 sync.send_with_fds(&mounts.line(), &fds).map_err(init_err)?;

@@ -21,6 +21,7 @@
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use thiserror::Error;
@@ -238,15 +239,22 @@ pub fn hidden_from_others(mode: u32, is_dir: bool) -> bool {
 /// Host side: every entry under [`WALKED`] that others may not read, outermost only (nothing
 /// below a hidden directory is listed). Symbolic links are not followed: a link shows nothing
 /// itself. Unreadable directories below the tops are reported, never skipped silently.
+///
+/// On the start path (run on a thread of its own, overlapping the spawn of the init stage), so
+/// it works relative to directory descriptors: one `getdents` per directory and one `statx`
+/// per entry, no path resolution from `/`.
 pub fn scan_unreadable() -> Result<Vec<Unreadable>, IdMountError> {
+    use rustix::fs::{Mode, OFlags};
     let mut found = Vec::new();
     for top in WALKED {
         let top = Path::new(top);
-        match std::fs::symlink_metadata(top) {
-            Ok(meta) if meta.is_dir() => walk(top, &mut found)?,
-            Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(source) => return Err(scan_err(top)(source)),
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        match rustix::fs::open(top, flags, Mode::empty()) {
+            Ok(dir) => walk(&dir, top, &mut found)?,
+            // Absent, or a symbolic link (the image recreates it as one, pointing elsewhere).
+            Err(rustix::io::Errno::NOENT | rustix::io::Errno::NOTDIR | rustix::io::Errno::LOOP) => {
+            }
+            Err(e) => return Err(scan_err(top)(e.into())),
         }
     }
     Ok(found)
@@ -257,23 +265,36 @@ fn scan_err(path: &Path) -> impl FnOnce(std::io::Error) -> IdMountError {
     move |source| IdMountError::Scan { path, source }
 }
 
-fn walk(dir: &Path, found: &mut Vec<Unreadable>) -> Result<(), IdMountError> {
-    use std::os::unix::fs::PermissionsExt;
-    for entry in std::fs::read_dir(dir).map_err(scan_err(dir))? {
-        let entry = entry.map_err(scan_err(dir))?;
-        let path = entry.path();
-        let meta = std::fs::symlink_metadata(&path).map_err(scan_err(&path))?;
-        let ft = meta.file_type();
-        if ft.is_symlink() {
+fn walk(dir: &OwnedFd, path: &Path, found: &mut Vec<Unreadable>) -> Result<(), IdMountError> {
+    use rustix::fs::{AtFlags, FileType, Mode, OFlags};
+    let err = |e: rustix::io::Errno| scan_err(path)(e.into());
+    let mut entries = rustix::fs::Dir::read_from(dir).map_err(err)?;
+    while let Some(entry) = entries.read() {
+        let entry = entry.map_err(err)?;
+        let name = entry.file_name();
+        if name == c"." || name == c".." {
             continue;
         }
-        if hidden_from_others(meta.permissions().mode(), ft.is_dir()) {
+        if entry.file_type() == FileType::Symlink {
+            continue;
+        }
+        let st = rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW).map_err(err)?;
+        let ft = FileType::from_raw_mode(st.st_mode);
+        if ft == FileType::Symlink {
+            continue;
+        }
+        let child = path.join(std::ffi::OsStr::from_bytes(name.to_bytes()));
+        let is_dir = ft == FileType::Directory;
+        if hidden_from_others(st.st_mode, is_dir) {
             found.push(Unreadable {
-                path,
-                dir: ft.is_dir(),
+                path: child,
+                dir: is_dir,
             });
-        } else if ft.is_dir() {
-            walk(&path, found)?;
+        } else if is_dir {
+            let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+            let sub = rustix::fs::openat(dir, name, flags, Mode::empty())
+                .map_err(|e| scan_err(&child)(e.into()))?;
+            walk(&sub, &child, found)?;
         }
     }
     Ok(())

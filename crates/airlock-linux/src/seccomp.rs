@@ -65,6 +65,8 @@ pub enum Deny {
     Eperm,
     /// Fail with `ENOSYS`, as for a syscall this kernel does not have (lets libc fall back).
     Enosys,
+    /// Fail with `EAFNOSUPPORT`, as for an address family this kernel was built without.
+    Eafnosupport,
 }
 
 impl Deny {
@@ -72,6 +74,7 @@ impl Deny {
         match self {
             Deny::Eperm => libc::EPERM as u32,
             Deny::Enosys => libc::ENOSYS as u32,
+            Deny::Eafnosupport => libc::EAFNOSUPPORT as u32,
         }
     }
 }
@@ -89,6 +92,11 @@ pub enum When {
     Arg32Eq { arg: u8, value: u32 },
     /// The low 32 bits of argument `arg` have all bits of `bits` set and are not `except`.
     Arg32HasBitsExcept { arg: u8, bits: u32, except: u32 },
+    /// The low 32 bits of argument `arg` have all bits of `bits` set (`mode_t` and `int`
+    /// arguments are truncated to 32 bits by the kernel).
+    Arg32HasBits { arg: u8, bits: u32 },
+    /// The low 32 bits of argument `arg` are none of `allowed`.
+    Arg32NotIn { arg: u8, allowed: &'static [u32] },
 }
 
 /// One row of the policy.
@@ -121,7 +129,33 @@ const fn rule_when(syscall: &'static str, nr: i64, when: When, reason: &'static 
     }
 }
 
+const fn deny_mode_bit(
+    syscall: &'static str,
+    nr: i64,
+    arg: u8,
+    bits: u32,
+    reason: &'static str,
+) -> Rule {
+    rule_when(syscall, nr, When::Arg32HasBits { arg, bits }, reason)
+}
+
+const fn socket_rule(syscall: &'static str, nr: i64) -> Rule {
+    Rule {
+        syscall,
+        nr,
+        when: When::Arg32NotIn { arg: 0, allowed: ALLOWED_SOCKET_FAMILIES },
+        deny: Deny::Eafnosupport,
+        reason: "only Unix, IPv4, IPv6 and netlink sockets; every other family is listed with its reason in DENIED_SOCKET_FAMILIES",
+    }
+}
+
 const CLONE_NEWUSER: u64 = libc::CLONE_NEWUSER as u64;
+/// `S_ISUID` and `S_ISGID`: a file carrying either runs with its owner's (group's) identity.
+const S_ISUID: u32 = 0o4000;
+const S_ISGID: u32 = 0o2000;
+/// `fchmodat2` (Linux 6.6) has the same number on every architecture.
+const SYS_FCHMODAT2: i64 = 452;
+const SETID_REASON: &str = "setuid/setgid bits would reach the host through workspaces and mounts (a root invoker's sandbox left a setuid-root shell); the bit is refused on every file";
 const PERSONALITY_QUERY: u32 = 0xffff_ffff;
 const ADDR_NO_RANDOMIZE: u32 = 0x004_0000;
 const MMAP_PAGE_ZERO: u32 = 0x010_0000;
@@ -179,12 +213,115 @@ pub const RULES: &[Rule] = &[
     rule_when("personality", libc::SYS_personality, When::Arg32HasBitsExcept { arg: 0, bits: READ_IMPLIES_EXEC, except: PERSONALITY_QUERY }, "makes every readable mapping executable"),
     rule_when("personality", libc::SYS_personality, When::Arg32HasBitsExcept { arg: 0, bits: MMAP_PAGE_ZERO, except: PERSONALITY_QUERY }, "maps page zero: turns kernel NULL dereferences into exploits"),
     rule_when("personality", libc::SYS_personality, When::Arg32HasBitsExcept { arg: 0, bits: ADDR_COMPAT_LAYOUT, except: PERSONALITY_QUERY }, "legacy predictable address-space layout"),
+    deny_mode_bit("fchmod", libc::SYS_fchmod, 1, S_ISUID, SETID_REASON),
+    deny_mode_bit("fchmod", libc::SYS_fchmod, 1, S_ISGID, SETID_REASON),
+    deny_mode_bit("fchmodat", libc::SYS_fchmodat, 2, S_ISUID, SETID_REASON),
+    deny_mode_bit("fchmodat", libc::SYS_fchmodat, 2, S_ISGID, SETID_REASON),
+    deny_mode_bit("fchmodat2", SYS_FCHMODAT2, 2, S_ISUID, SETID_REASON),
+    deny_mode_bit("fchmodat2", SYS_FCHMODAT2, 2, S_ISGID, SETID_REASON),
+    deny_mode_bit("openat", libc::SYS_openat, 3, S_ISUID, "creating a file with the setuid bit (checked whatever the flags: O_CREAT and O_TMPFILE both create)"),
+    deny_mode_bit("openat", libc::SYS_openat, 3, S_ISGID, "creating a file with the setgid bit (checked whatever the flags)"),
+    deny_mode_bit("mknodat", libc::SYS_mknodat, 2, S_ISUID, "creating a node with the setuid bit"),
+    deny_mode_bit("mknodat", libc::SYS_mknodat, 2, S_ISGID, "creating a node with the setgid bit"),
+    Rule { syscall: "openat2", nr: libc::SYS_openat2, when: When::Always, deny: Deny::Enosys, reason: "its mode lives in a struct in user memory BPF cannot read; ENOSYS makes callers fall back to openat, which is filtered" },
+    socket_rule("socket", libc::SYS_socket),
+    socket_rule("socketpair", libc::SYS_socketpair),
+    #[cfg(target_arch = "x86_64")]
+    deny_mode_bit("chmod", libc::SYS_chmod, 1, S_ISUID, SETID_REASON),
+    #[cfg(target_arch = "x86_64")]
+    deny_mode_bit("chmod", libc::SYS_chmod, 1, S_ISGID, SETID_REASON),
+    #[cfg(target_arch = "x86_64")]
+    deny_mode_bit("open", libc::SYS_open, 2, S_ISUID, "creating a file with the setuid bit (checked whatever the flags)"),
+    #[cfg(target_arch = "x86_64")]
+    deny_mode_bit("open", libc::SYS_open, 2, S_ISGID, "creating a file with the setgid bit (checked whatever the flags)"),
+    #[cfg(target_arch = "x86_64")]
+    deny_mode_bit("creat", libc::SYS_creat, 1, S_ISUID, "creating a file with the setuid bit"),
+    #[cfg(target_arch = "x86_64")]
+    deny_mode_bit("creat", libc::SYS_creat, 1, S_ISGID, "creating a file with the setgid bit"),
+    #[cfg(target_arch = "x86_64")]
+    deny_mode_bit("mknod", libc::SYS_mknod, 1, S_ISUID, "creating a node with the setuid bit"),
+    #[cfg(target_arch = "x86_64")]
+    deny_mode_bit("mknod", libc::SYS_mknod, 1, S_ISGID, "creating a node with the setgid bit"),
     #[cfg(target_arch = "x86_64")]
     rule("iopl", libc::SYS_iopl, "raw I/O port access"),
     #[cfg(target_arch = "x86_64")]
     rule("ioperm", libc::SYS_ioperm, "raw I/O port access"),
     #[cfg(target_arch = "x86_64")]
     rule("uselib", libc::SYS_uselib, "obsolete a.out loader with a CVE history (CVE-2004-1235)"),
+];
+
+/// The socket families sandbox processes may create (argument 0 of `socket`/`socketpair`).
+pub const ALLOWED_SOCKET_FAMILIES: &[u32] = &[
+    libc::AF_UNIX as u32,
+    libc::AF_INET as u32,
+    libc::AF_INET6 as u32,
+    libc::AF_NETLINK as u32,
+];
+
+/// One socket family the filter refuses, and why (documentation; the rule itself refuses every
+/// number outside [`ALLOWED_SOCKET_FAMILIES`], including families newer than this table).
+#[derive(Debug, Clone, Copy)]
+pub struct DeniedFamily {
+    pub name: &'static str,
+    pub family: u32,
+    pub reason: &'static str,
+}
+
+const fn fam(name: &'static str, family: u32, reason: &'static str) -> DeniedFamily {
+    DeniedFamily {
+        name,
+        family,
+        reason,
+    }
+}
+
+const LEGACY: &str =
+    "legacy protocol stack, rarely built, with a history of kernel bugs and no development use";
+
+/// Every family Linux defines (up to `AF_MCTP`, 45) except the allowed four, with its reason.
+pub const DENIED_SOCKET_FAMILIES: &[DeniedFamily] = &[
+    fam("AF_UNSPEC", 0, "no family; the kernel refuses it too"),
+    fam("AF_AX25", 3, LEGACY),
+    fam("AF_IPX", 4, LEGACY),
+    fam("AF_APPLETALK", 5, LEGACY),
+    fam("AF_NETROM", 6, LEGACY),
+    fam("AF_BRIDGE", 7, "bridge configuration is host network administration"),
+    fam("AF_ATMPVC", 8, LEGACY),
+    fam("AF_X25", 9, LEGACY),
+    fam("AF_ROSE", 11, LEGACY),
+    fam("AF_DECnet", 12, LEGACY),
+    fam("AF_NETBEUI", 13, LEGACY),
+    fam("AF_SECURITY", 14, "pseudo family, never a socket"),
+    fam("AF_KEY", 15, "PF_KEY manages IPsec security associations; a kernel attack surface with past CVEs (CVE-2017-7184 class)"),
+    fam("AF_PACKET", 17, "raw link-layer frames bypass the TCP/IP stack the proxy governs; CVE-2016-8655, CVE-2017-7308, CVE-2020-14386"),
+    fam("AF_ASH", 18, LEGACY),
+    fam("AF_ECONET", 19, LEGACY),
+    fam("AF_ATMSVC", 20, LEGACY),
+    fam("AF_RDS", 21, "Reliable Datagram Sockets: repeated local privilege escalations (CVE-2010-3904, CVE-2019-11815)"),
+    fam("AF_SNA", 22, LEGACY),
+    fam("AF_IRDA", 23, LEGACY),
+    fam("AF_PPPOX", 24, "PPP over Ethernet/L2TP: kernel bugs (CVE-2017-7184 class, CVE-2022-20409 class) and no development use"),
+    fam("AF_WANPIPE", 25, LEGACY),
+    fam("AF_LLC", 26, LEGACY),
+    fam("AF_IB", 27, "InfiniBand: talks to host hardware, not namespaced"),
+    fam("AF_MPLS", 28, "MPLS routing is host network administration"),
+    fam("AF_CAN", 29, "CAN bus: host hardware; CVE-2021-3609, CVE-2023-2166"),
+    fam("AF_TIPC", 30, "TIPC: cluster IPC with remote-exploitable bugs (CVE-2021-43267, CVE-2022-0435)"),
+    fam("AF_BLUETOOTH", 31, "Bluetooth: host radios are not namespaced; CVE-2020-12351 (BleedingTooth)"),
+    fam("AF_IUCV", 32, LEGACY),
+    fam("AF_RXRPC", 33, "AFS RPC transport: rarely used kernel surface (CVE-2022-31107 class)"),
+    fam("AF_ISDN", 34, LEGACY),
+    fam("AF_PHONET", 35, LEGACY),
+    fam("AF_IEEE802154", 36, "low-power radio stack: host hardware"),
+    fam("AF_CAIF", 37, LEGACY),
+    fam("AF_ALG", 38, "kernel crypto API: a large surface with exploited bugs (CVE-2015-8970, CVE-2017-17805)"),
+    fam("AF_NFC", 39, "NFC: host radios; CVE-2021-23134"),
+    fam("AF_VSOCK", 40, "vsock is not network-namespaced: on a VM host it reaches the hypervisor's services and bypasses the proxy (Docker denies it too); CVE-2021-26708"),
+    fam("AF_KCM", 41, "kernel connection multiplexor: rarely used, past memory-safety bugs"),
+    fam("AF_QIPCRTR", 42, "Qualcomm IPC router: host hardware"),
+    fam("AF_SMC", 43, "shared-memory communications over RDMA: host hardware, past CVEs (CVE-2023-2156 class)"),
+    fam("AF_XDP", 44, "XDP sockets read and inject raw frames on host interfaces (with bpf); no development use"),
+    fam("AF_MCTP", 45, "management component transport: host hardware"),
 ];
 
 /// The x32 ABI marker in the syscall number (arch/x86/include/uapi/asm/unistd.h).
@@ -219,6 +356,16 @@ fn conditions(rule: &Rule) -> Result<Vec<SeccompCondition>, seccompiler::Backend
             SeccompCondition::new(arg, Dword, MaskedEq(u64::from(bits)), u64::from(bits))?,
             SeccompCondition::new(arg, Dword, Ne, u64::from(except))?,
         ]),
+        When::Arg32HasBits { arg, bits } => Ok(vec![SeccompCondition::new(
+            arg,
+            Dword,
+            MaskedEq(u64::from(bits)),
+            u64::from(bits),
+        )?]),
+        When::Arg32NotIn { arg, allowed } => allowed
+            .iter()
+            .map(|v| SeccompCondition::new(arg, Dword, Ne, u64::from(*v)))
+            .collect(),
     }
 }
 
@@ -242,6 +389,7 @@ fn compile(deny: Deny, arch: TargetArch) -> Result<BpfProgram, SeccompError> {
     let action = match deny {
         Deny::Eperm => "EPERM",
         Deny::Enosys => "ENOSYS",
+        Deny::Eafnosupport => "EAFNOSUPPORT",
     };
     let filter = SeccompFilter::new(
         rules,
@@ -327,6 +475,7 @@ pub fn sandbox_filter() -> Result<BpfProgram, SeccompError> {
     }
     stages.push(compile(Deny::Eperm, arch)?);
     stages.push(compile(Deny::Enosys, arch)?);
+    stages.push(compile(Deny::Eafnosupport, arch)?);
     chain(stages)
 }
 
@@ -471,6 +620,18 @@ mod tests {
             assert_eq!(result_of(&attempts, name), Err(libc::EPERM), "{name}");
         }
         assert_eq!(result_of(&attempts, "clone3"), Err(libc::ENOSYS));
+        for name in ["fchmodat(04755)", "fchmod(02755)", "openat(O_CREAT, 04755)"] {
+            assert_eq!(result_of(&attempts, name), Err(libc::EPERM), "{name}");
+        }
+        assert_eq!(result_of(&attempts, "openat2"), Err(libc::ENOSYS));
+        for name in ["socket(AF_VSOCK)", "socketpair(AF_ALG)"] {
+            assert_eq!(
+                result_of(&attempts, name),
+                Err(libc::EAFNOSUPPORT),
+                "{name}"
+            );
+        }
+        assert_eq!(result_of(&attempts, "socket(AF_INET)"), Ok(0));
         assert!(
             result_of(&attempts, "personality(query)").is_ok(),
             "querying the persona stays allowed"
@@ -488,6 +649,10 @@ mod tests {
             "ioctl(TIOCSTI)",
             "ioctl(TIOCSTI with high bits set)",
             "clone3",
+            "fchmodat(04755)",
+            "fchmod(02755)",
+            "openat(O_CREAT, 04755)",
+            "openat2",
         ] {
             let r = result_of(&attempts, name);
             assert!(
@@ -556,6 +721,25 @@ mod tests {
             When::ArgHasBits { arg, bits } => args[arg as usize] = bits | 0x11,
             When::Arg32Eq { arg, value } => args[arg as usize] = u64::from(value),
             When::Arg32HasBitsExcept { arg, bits, .. } => args[arg as usize] = u64::from(bits),
+            // Other bits set too (a whole mode such as 04755), and high bits the kernel ignores.
+            When::Arg32HasBits { arg, bits } => {
+                args[arg as usize] = u64::from(bits | 0o755) | 0xdead_0000_0000
+            }
+            When::Arg32NotIn { arg, .. } => args[arg as usize] = u64::from(libc::AF_VSOCK as u32),
+        }
+        args
+    }
+
+    /// Arguments that do not make `rule` match (for conditional rules).
+    fn non_matching_args(rule: &Rule) -> [u64; 6] {
+        let mut args = [0u64; 6];
+        match rule.when {
+            When::Arg32NotIn { arg, allowed } => args[arg as usize] = u64::from(allowed[0]),
+            When::Arg32HasBits { arg, .. } => args[arg as usize] = 0o1777,
+            When::Always
+            | When::ArgHasBits { .. }
+            | When::Arg32Eq { .. }
+            | When::Arg32HasBitsExcept { .. } => {}
         }
         args
     }
@@ -577,7 +761,7 @@ mod tests {
             );
             if rule.when != When::Always {
                 assert_eq!(
-                    eval(&program, arch, rule.nr as u32, [0; 6]),
+                    eval(&program, arch, rule.nr as u32, non_matching_args(rule)),
                     ALLOW,
                     "{} without its condition",
                     rule.syscall
@@ -595,6 +779,114 @@ mod tests {
                 eval(&program, arch, nr as u32, [0; 6]),
                 ALLOW,
                 "syscall {nr}"
+            );
+        }
+    }
+
+    /// Every call that takes a mode, with the names and argument positions of the table.
+    fn mode_calls() -> Vec<(&'static str, i64, usize)> {
+        let mut calls = vec![
+            ("fchmod", libc::SYS_fchmod, 1),
+            ("fchmodat", libc::SYS_fchmodat, 2),
+            ("fchmodat2", SYS_FCHMODAT2, 2),
+            ("openat", libc::SYS_openat, 3),
+            ("mknodat", libc::SYS_mknodat, 2),
+        ];
+        #[cfg(target_arch = "x86_64")]
+        calls.extend([
+            ("chmod", libc::SYS_chmod, 1),
+            ("open", libc::SYS_open, 2),
+            ("creat", libc::SYS_creat, 1),
+            ("mknod", libc::SYS_mknod, 1),
+        ]);
+        calls
+    }
+
+    #[test]
+    fn setuid_and_setgid_modes_are_refused_by_every_call_that_sets_or_creates_a_mode() {
+        let program = sandbox_filter().unwrap();
+        let arch = native_audit_arch();
+        let eperm = SECCOMP_RET_ERRNO | libc::EPERM as u32;
+        for (name, nr, pos) in mode_calls() {
+            let with = |mode: u64| {
+                let mut args = [0u64; 6];
+                args[pos] = mode;
+                // Flags of open/openat (O_CREAT, O_TMPFILE) do not matter: the mode alone does.
+                if name.starts_with("open") {
+                    args[pos - 1] = (libc::O_TMPFILE | libc::O_RDWR) as u64;
+                }
+                eval(&program, arch, nr as u32, args)
+            };
+            for mode in [0o4755, 0o2755, 0o6777, 0o4000, 0o2000 | 0xffff_0000_0000] {
+                assert_eq!(with(mode), eperm, "{name} with mode {mode:o}");
+            }
+            for mode in [0o755, 0o1777, 0o644, 0] {
+                assert_eq!(with(mode), ALLOW, "{name} with mode {mode:o}");
+            }
+        }
+        let openat2 = eval(&program, arch, libc::SYS_openat2 as u32, [0; 6]);
+        assert_eq!(openat2, SECCOMP_RET_ERRNO | libc::ENOSYS as u32);
+    }
+
+    #[test]
+    fn only_unix_inet_inet6_and_netlink_sockets_can_be_created() {
+        let program = sandbox_filter().unwrap();
+        let arch = native_audit_arch();
+        let refused = SECCOMP_RET_ERRNO | libc::EAFNOSUPPORT as u32;
+        for nr in [libc::SYS_socket, libc::SYS_socketpair] {
+            for family in (0u64..=300).chain([u64::from(u32::MAX), 40 | (1 << 32)]) {
+                let got = eval(&program, arch, nr as u32, [family, 1, 0, 0, 0, 0]);
+                let allowed = ALLOWED_SOCKET_FAMILIES.contains(&(family as u32));
+                let want = if allowed { ALLOW } else { refused };
+                assert_eq!(got, want, "syscall {nr} family {family:#x}");
+            }
+        }
+    }
+
+    #[test]
+    fn every_linux_socket_family_is_allowed_or_denied_with_a_reason() {
+        const AF_MCTP: u32 = 45;
+        for family in 0..=AF_MCTP {
+            let denied: Vec<_> = DENIED_SOCKET_FAMILIES
+                .iter()
+                .filter(|f| f.family == family)
+                .collect();
+            let allowed = ALLOWED_SOCKET_FAMILIES.contains(&family);
+            assert_eq!(
+                denied.len() + usize::from(allowed),
+                1,
+                "family {family} must be allowed or listed exactly once"
+            );
+        }
+        for f in DENIED_SOCKET_FAMILIES {
+            assert!(f.reason.len() > 10, "{} needs a reason", f.name);
+        }
+        for (name, nr) in [
+            ("AF_VSOCK", libc::AF_VSOCK),
+            ("AF_PACKET", libc::AF_PACKET),
+            ("AF_ALG", libc::AF_ALG),
+            ("AF_KEY", libc::AF_KEY),
+            ("AF_TIPC", libc::AF_TIPC),
+            ("AF_RDS", libc::AF_RDS),
+            ("AF_XDP", libc::AF_XDP),
+        ] {
+            let row = DENIED_SOCKET_FAMILIES
+                .iter()
+                .find(|f| f.name == name)
+                .expect(name);
+            assert_eq!(row.family, nr as u32, "{name}");
+        }
+    }
+
+    #[test]
+    fn security_doc_lists_every_denied_socket_family() {
+        let doc = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/security.md");
+        let text = std::fs::read_to_string(doc).expect("docs/security.md exists");
+        for f in DENIED_SOCKET_FAMILIES {
+            assert!(
+                text.contains(&format!("`{}`", f.name)),
+                "docs/security.md does not mention `{}`",
+                f.name
             );
         }
     }

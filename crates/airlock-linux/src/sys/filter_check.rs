@@ -44,6 +44,13 @@ pub const ATTEMPTS: &[&str] = &[
     "personality(ADDR_NO_RANDOMIZE)",
     "personality(query)",
     "x32 getpid",
+    "fchmodat(04755)",
+    "fchmod(02755)",
+    "openat(O_CREAT, 04755)",
+    "openat2",
+    "socket(AF_VSOCK)",
+    "socketpair(AF_ALG)",
+    "socket(AF_INET)",
 ];
 
 /// Installs `program` in a child and runs every entry of [`ATTEMPTS`].
@@ -110,6 +117,20 @@ fn res(rc: libc::c_long) -> Result<i64, i32> {
     }
 }
 
+/// A call that may return a descriptor: closes it and reports success as `Ok(0)`.
+///
+/// # Safety
+/// `rc` is the return value of a call that returns a new descriptor on success.
+unsafe fn close_ok(rc: libc::c_long) -> Result<i64, i32> {
+    let r = res(rc);
+    if let Ok(fd) = r {
+        // SAFETY: the descriptor was just returned to this process and nothing else uses it.
+        unsafe { libc::close(fd as libc::c_int) };
+        return Ok(0);
+    }
+    r
+}
+
 /// Child-side: every attempt in [`ATTEMPTS`] order. Allocation-free (fixed-size array).
 fn attempt_all() -> [Result<i64, i32>; ATTEMPTS.len()] {
     const TIOCSTI_HIGH: u64 = libc::TIOCSTI | (1 << 32);
@@ -117,6 +138,10 @@ fn attempt_all() -> [Result<i64, i32>; ATTEMPTS.len()] {
     const KEY_SPEC_SESSION_KEYRING: libc::c_long = -3;
     const ADDR_NO_RANDOMIZE: libc::c_ulong = 0x0040000;
     const X32_SYSCALL_BIT: libc::c_long = 0x4000_0000;
+    // A path whose parent does not exist: without the filter these calls fail with ENOENT.
+    const MISSING: &[u8] = b"/nonexistent-airlock-dir/file\0";
+    let missing = MISSING.as_ptr().cast::<libc::c_char>();
+    let mut pair = [0 as libc::c_int; 2];
     let byte: u8 = b'x';
     let bp = &byte as *const u8;
     let null = std::ptr::null::<libc::c_void>();
@@ -151,6 +176,47 @@ fn attempt_all() -> [Result<i64, i32>; ATTEMPTS.len()] {
                 0xffff_ffff as libc::c_ulong,
             )),
             res(libc::syscall(libc::SYS_getpid | X32_SYSCALL_BIT)),
+            res(libc::syscall(
+                libc::SYS_fchmodat,
+                libc::AT_FDCWD,
+                missing,
+                0o4755,
+                0,
+            )),
+            res(libc::syscall(libc::SYS_fchmod, -1, 0o2755)),
+            res(libc::syscall(
+                libc::SYS_openat,
+                libc::AT_FDCWD,
+                missing,
+                libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC,
+                0o4755,
+            )),
+            res(libc::syscall(
+                libc::SYS_openat2,
+                libc::AT_FDCWD,
+                missing,
+                null,
+                0,
+            )),
+            close_ok(libc::syscall(
+                libc::SYS_socket,
+                libc::AF_VSOCK,
+                libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
+                0,
+            )),
+            res(libc::syscall(
+                libc::SYS_socketpair,
+                libc::AF_ALG,
+                libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+                0,
+                pair.as_mut_ptr(),
+            )),
+            close_ok(libc::syscall(
+                libc::SYS_socket,
+                libc::AF_INET,
+                libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
+                0,
+            )),
         ]
     }
 }

@@ -23,7 +23,7 @@ use std::path::Path;
 use seccompiler::BpfProgramRef;
 
 /// Number of `i32` slots in a child's report.
-pub(super) const REPORT_LEN: usize = 40;
+pub(super) const REPORT_LEN: usize = 64;
 /// Slot 0 of the report: `STATUS_OK` or the index (1-based) of the step that failed.
 const STATUS_OK: i32 = 0;
 /// Marks a report slot the child never filled.

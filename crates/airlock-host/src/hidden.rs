@@ -59,11 +59,14 @@ fn confinements() -> Result<(Confinement, Confinement), String> {
     let user = Confinement {
         drop_capabilities: true,
         no_new_privs: true,
+        withhold_setfcap: false,
         seccomp: Some(filter.clone()),
     };
     let root = Confinement {
         drop_capabilities: false,
         no_new_privs: true,
+        // File capabilities set in a workspace would reach the host (issue 9.6).
+        withhold_setfcap: true,
         seccomp: Some(filter),
     };
     Ok((user, root))

@@ -57,11 +57,13 @@ fn guest_server_entry() {
         confinement: Confinement {
             drop_capabilities: is_root(),
             no_new_privs: true,
+            withhold_setfcap: false,
             seccomp: None,
         },
         root_confinement: Confinement {
             drop_capabilities: is_root(),
             no_new_privs: true,
+            withhold_setfcap: false,
             seccomp: None,
         },
         relays: Vec::new(),

@@ -173,6 +173,10 @@ pub struct Confinement {
     pub drop_capabilities: bool,
     /// Set `no_new_privs` (always done when `seccomp` is present).
     pub no_new_privs: bool,
+    /// Remove `CAP_SETFCAP` from the bounding, effective, permitted and inheritable sets while
+    /// keeping the rest (for `--root` processes): file capabilities written into a workspace
+    /// or mount would reach the host (issue 9.6).
+    pub withhold_setfcap: bool,
     /// A compiled seccomp filter; it must allow `execve`.
     pub seccomp: Option<seccompiler::BpfProgram>,
 }
@@ -198,6 +202,7 @@ pub struct SpawnSpec {
 struct ChildPlan {
     controlling_tty: bool,
     drop_capabilities: bool,
+    withhold_setfcap: bool,
     no_new_privs: bool,
     identity: Option<(Uid, Gid, Option<Vec<Gid>>)>,
     cwd: CString,
@@ -226,6 +231,7 @@ pub fn spawn(spec: SpawnSpec, confinement: &Confinement) -> Result<u32, ProcessE
     let plan = ChildPlan {
         controlling_tty: spec.controlling_tty,
         drop_capabilities: confinement.drop_capabilities,
+        withhold_setfcap: confinement.withhold_setfcap && !confinement.drop_capabilities,
         no_new_privs: confinement.no_new_privs || confinement.seccomp.is_some(),
         identity: match spec.identity {
             Identity::Inherit => None,
@@ -333,6 +339,9 @@ impl ChildPlan {
                 rustix::thread::set_capabilities(None, empty),
             )?;
         }
+        if self.withhold_setfcap {
+            step(ChildStep::BoundingSet, withhold(CapabilitySet::SETFCAP))?;
+        }
         if self.no_new_privs {
             step(
                 ChildStep::NoNewPrivs,
@@ -379,6 +388,19 @@ fn zero_or_errno(rc: libc::c_long) -> Result<(), Errno> {
     } else {
         Err(Errno::from_raw_os_error(super::probe::errno()))
     }
+}
+
+/// Removes `cap` from the bounding set and from the effective, permitted and inheritable sets
+/// (which also removes it from the ambient set); every other capability stays.
+fn withhold(cap: CapabilitySet) -> Result<(), Errno> {
+    if rustix::thread::capability_is_in_bounding_set(cap)? {
+        rustix::thread::remove_capability_from_bounding_set(cap)?;
+    }
+    let mut sets = rustix::thread::capabilities(None)?;
+    sets.effective.remove(cap);
+    sets.permitted.remove(cap);
+    sets.inheritable.remove(cap);
+    rustix::thread::set_capabilities(None, sets)
 }
 
 /// Drops every capability the kernel knows from the bounding set; stops at the first number
@@ -547,6 +569,7 @@ mod tests {
         let confinement = Confinement {
             drop_capabilities: true,
             no_new_privs: true,
+            withhold_setfcap: false,
             seccomp: None,
         };
         let (code, out) = run(
@@ -564,6 +587,35 @@ mod tests {
                 "0000000000000000"
             };
             assert_eq!(value.trim(), expected, "{line}");
+        }
+    }
+
+    #[test]
+    fn root_child_cannot_set_file_capabilities_but_keeps_the_others() {
+        if !rustix::process::geteuid().is_root() {
+            assert!(std::env::var_os("CI").is_none(), "needs root under CI");
+            eprintln!("skipped: withholding CAP_SETFCAP needs root");
+            return;
+        }
+        let confinement = Confinement {
+            drop_capabilities: false,
+            no_new_privs: true,
+            withhold_setfcap: true,
+            seccomp: None,
+        };
+        let (code, out) = run(
+            &["grep", "-E", "^Cap(Eff|Bnd|Prm)", "/proc/self/status"],
+            Identity::Inherit,
+            &confinement,
+        )
+        .unwrap();
+        assert_eq!(code, 0);
+        const SETFCAP: u32 = 31;
+        for line in out.lines() {
+            let (key, value) = line.split_once(':').unwrap();
+            let bits = u64::from_str_radix(value.trim(), 16).unwrap();
+            assert_eq!(bits & (1 << SETFCAP), 0, "{key} still has CAP_SETFCAP");
+            assert_ne!(bits & (1 << 0), 0, "{key} lost CAP_CHOWN too");
         }
     }
 

@@ -52,6 +52,11 @@ pub fn init() -> i32 {
     }
 }
 
+/// Every sandbox process's `oom_score_adj`: the OOM killer takes them before the guest's PID 1
+/// (which keeps the value airlock had), so a sandbox that fills its memory loses the process,
+/// not its control channel.
+const SANDBOX_OOM_SCORE_ADJ: u16 = 500;
+
 /// Sandbox-user processes: every capability dropped, `no_new_privs`, the filter. `--root`
 /// processes: capabilities of the sandbox's user namespace kept, same `no_new_privs` and filter.
 fn confinements() -> Result<(Confinement, Confinement), String> {
@@ -60,6 +65,7 @@ fn confinements() -> Result<(Confinement, Confinement), String> {
         drop_capabilities: true,
         no_new_privs: true,
         withhold_setfcap: false,
+        oom_score_adj: Some(SANDBOX_OOM_SCORE_ADJ),
         seccomp: Some(filter.clone()),
     };
     let root = Confinement {
@@ -67,6 +73,7 @@ fn confinements() -> Result<(Confinement, Confinement), String> {
         no_new_privs: true,
         // File capabilities set in a workspace would reach the host (issue 9.6).
         withhold_setfcap: true,
+        oom_score_adj: Some(SANDBOX_OOM_SCORE_ADJ),
         seccomp: Some(filter),
     };
     Ok((user, root))

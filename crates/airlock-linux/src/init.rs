@@ -244,6 +244,7 @@ fn pid1_setup(boot: &Bootstrap, alive: OwnedFd, mounts: &mut Received) -> Result
         rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable),
     )?;
     rootfs::build(boot, mounts)?;
+    limit_processes(boot)?;
     sys(
         "sethostname",
         rustix::system::sethostname(boot.spec.hostname.as_bytes()),
@@ -252,8 +253,60 @@ fn pid1_setup(boot: &Bootstrap, alive: OwnedFd, mounts: &mut Received) -> Result
     Ok(())
 }
 
+/// `RLIMIT_NPROC = pids_max` for PID 1 and everything it starts: a process limit that holds
+/// without cgroups (issue 9.10). Since Linux 5.14 the kernel counts it per user namespace and
+/// uid, so it counts only this sandbox's processes; it does not bind processes that run as host
+/// uid 0 (the kernel exempts `INIT_USER`), which is why it matters where the sandbox runs under
+/// an id of its own. The cgroup's `pids.max`, when there is one, applies as well.
+fn limit_processes(boot: &Bootstrap) -> Result<(), InitError> {
+    let Some(limit) = boot.spec.limits.pids_max else {
+        return Ok(());
+    };
+    let rlimit = rustix::process::Rlimit {
+        current: Some(limit.value),
+        maximum: Some(limit.value),
+    };
+    sys(
+        "setrlimit(RLIMIT_NPROC)",
+        rustix::process::setrlimit(rustix::process::Resource::Nproc, rlimit),
+    )
+}
+
+/// Whether the kernel counts `RLIMIT_NPROC` per user namespace (Linux 5.14, "ucounts"), so that
+/// [`limit_processes`] bounds a sandbox's processes without counting the invoker's host ones.
+/// Callers use it to decide that `pids_max` is enforceable without cgroups.
+pub fn nproc_limit_is_per_sandbox() -> bool {
+    release_at_least(
+        &rustix::system::uname().release().to_string_lossy(),
+        (5, 14),
+    )
+}
+
+fn release_at_least(release: &str, want: (u32, u32)) -> bool {
+    let mut parts = release
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|p| p.parse::<u32>().unwrap_or(0));
+    let major = parts.next().unwrap_or(0);
+    let minor = parts.next().unwrap_or(0);
+    (major, minor) >= want
+}
+
 fn decode_key(hex_key: &str) -> Result<[u8; crate::bootstrap::KEY_LEN], InitError> {
     airlock_protocol::Key::from_hex(hex_key)
         .map(|key| *key.as_bytes())
         .map_err(|_| InitError::BadKey)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::release_at_least;
+
+    #[test]
+    fn kernel_release_comparison_reads_major_and_minor() {
+        assert!(release_at_least("6.18.44-fc-v657", (5, 14)));
+        assert!(release_at_least("5.14.0-284.el9.x86_64", (5, 14)));
+        assert!(!release_at_least("5.10.0-28-amd64", (5, 14)));
+        assert!(!release_at_least("4.19.0", (5, 14)));
+        assert!(!release_at_least("garbage", (5, 14)));
+    }
 }

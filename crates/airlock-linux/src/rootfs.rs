@@ -4,10 +4,10 @@
 //! sandbox's user namespace. Order of operations (each step depends on the previous ones):
 //! 1. Make every inherited mount private, so nothing mounted here propagates to the host.
 //! 2. Mount a scratch tmpfs on the host-provided empty directory (the working directory, entered
-//!    before unsharing: a root invoker's sandbox may not search the host path); it holds the
-//!    overlay upper and
-//!    work directories and the generated files. A second tmpfs inside it becomes the new root.
-//!    Both live only in this mount namespace: when the sandbox's last process exits, they vanish.
+//!    before unsharing: a root invoker's sandbox may not search the host path), sized from the
+//!    memory limit (`budget.rs`); it holds the overlay upper and work directories, the generated
+//!    files and the new root (a directory bound onto itself), so all of them share one budget.
+//!    It lives only in this mount namespace: when the sandbox's last process exits, it vanishes.
 //! 3. The image: for `host`, each allowlisted top-level entry is recreated as the symlink the
 //!    host has, or as an overlay with the host directory as lower layer; nothing else of the host
 //!    root is reachable. Overlays use `userxattr` (we are always in a user namespace). For a root
@@ -42,9 +42,12 @@ use crate::idmounts::{Received, HOST_IMAGE_ENTRIES};
 use crate::spec::{Egress, Image, Mapping, EGRESS_DIR, SYSTEM_CA_BUNDLE};
 use crate::sys::idmount;
 
+mod budget;
 mod devproc;
 mod etc;
 mod unreadable;
+
+pub use budget::TmpfsSizes;
 
 pub use etc::sandbox_user_name;
 
@@ -128,19 +131,10 @@ pub fn build(boot: &Bootstrap, mounts: &mut Received) -> Result<(), RootfsError>
         "rprivate",
     )?;
 
-    // 2. Scratch space and the new root.
-    let scratch = enter_scratch(boot)?;
-    let tmpfs_flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
-    let root = scratch.join("root");
-    mkdir(&root, 0o755)?;
-    mount_raw(
-        Some("airlock"),
-        &root,
-        Some("tmpfs"),
-        tmpfs_flags,
-        Some("mode=0755"),
-        "tmpfs",
-    )?;
+    // 2. Scratch space and the new root, sized to the memory limit.
+    let sizes = TmpfsSizes::for_memory(boot.spec.limits.memory_mb.map(|m| m.value));
+    let scratch = enter_scratch(boot, &sizes)?;
+    let root = root_on_scratch(&scratch)?;
     let layers = Layers {
         upper: scratch.join("upper"),
         work: scratch.join("work"),
@@ -183,12 +177,23 @@ pub fn build(boot: &Bootstrap, mounts: &mut Received) -> Result<(), RootfsError>
     etc::apply(&root, &scratch, boot)?;
 
     // 6. /dev, /proc, /sys.
-    devproc::mount_dev(&root)?;
+    devproc::mount_dev(&root, &sizes)?;
     devproc::mount_proc(&root)?;
     devproc::mount_sys(&root)?;
 
     // 7. Enter the new root.
     pivot_into(&root)
+}
+
+/// The new root: a directory on the scratch tmpfs, bound onto itself so that it is a mount point
+/// for `pivot_root`. The root, `/tmp`, `$HOME` and the overlay upper layers thereby share the
+/// scratch tmpfs's one budget (see `budget.rs`).
+fn root_on_scratch(scratch: &Path) -> Result<PathBuf, RootfsError> {
+    let root = scratch.join("root");
+    mkdir(&root, 0o755)?;
+    bind(&root, &root)?;
+    remount_bind(&root, MsFlags::MS_NOSUID | MsFlags::MS_NODEV)?;
+    Ok(root)
 }
 
 /// Where overlay upper and work directories are created.
@@ -357,16 +362,21 @@ fn bind_egress(root: &Path, egress: &Egress, mounts: &mut Received) -> Result<()
     }
 }
 
-/// Mounts the scratch tmpfs on the working directory (the host's scratch directory) and enters
-/// it; returns the path the rest of the build uses for it (`.`). No host path is walked: a root
-/// invoker's sandbox may not search the directories above it any more.
-fn enter_scratch(boot: &Bootstrap) -> Result<PathBuf, RootfsError> {
+/// Mounts the scratch tmpfs (sized by `sizes`) on the working directory (the host's scratch
+/// directory) and enters it; returns the path the rest of the build uses for it (`.`). No host
+/// path is walked: a root invoker's sandbox may not search the directories above it any more.
+fn enter_scratch(boot: &Bootstrap, sizes: &TmpfsSizes) -> Result<PathBuf, RootfsError> {
     let err = |source: std::io::Error| RootfsError::Mount {
         fstype: "tmpfs",
         target: boot.scratch_dir.clone(),
         source: nix::Error::from_raw(source.raw_os_error().unwrap_or(libc::EIO)),
     };
-    let mnt = idmount::tmpfs_on_cwd(&[("mode", "0700")]).map_err(err)?;
+    let size = sizes.scratch_size();
+    let mut options = vec![("mode", "0700")];
+    if let Some(size) = &size {
+        options.push(("size", size));
+    }
+    let mnt = idmount::tmpfs_on_cwd(&options).map_err(err)?;
     rustix::process::fchdir(&mnt).map_err(|e| err(e.into()))?;
     Ok(PathBuf::from("."))
 }

@@ -51,9 +51,15 @@ pub fn prepare(spec: &SandboxSpec, warn: Warn) -> Result<RunCgroup, HostError> {
         pids_max: l.pids_max.map(|p| p.value),
         cpus: l.cpus.map(|c| c.value),
     };
+    // Without cgroups the runtime still bounds processes (RLIMIT_NPROC, counted per sandbox on
+    // Linux >= 5.14) and the tmpfs mounts (sized from memory_mb), but not the memory processes
+    // use: an explicit pids_max stays enforceable, an explicit memory_mb does not.
+    let nproc = airlock_linux::init::nproc_limit_is_per_sandbox();
     let explicit: Vec<&str> = [
         l.memory_mb.filter(|m| m.explicit).map(|_| "memory_mb"),
-        l.pids_max.filter(|p| p.explicit).map(|_| "pids_max"),
+        l.pids_max
+            .filter(|p| p.explicit && !nproc)
+            .map(|_| "pids_max"),
         l.cpus.filter(|c| c.explicit).map(|_| "cpus"),
     ]
     .into_iter()
@@ -80,7 +86,9 @@ pub fn prepare(spec: &SandboxSpec, warn: Warn) -> Result<RunCgroup, HostError> {
         Err(e @ (CgroupError::NotDelegated { .. } | CgroupError::NoControllers)) => {
             if explicit.is_empty() {
                 warn(&format!(
-                    "running without resource limits: {e}; run `airlock doctor` for the fix"
+                    "running without cgroup limits (the memory processes use and CPU time are \
+                     not bounded; tmpfs sizes and the process count are): {e}; run `airlock \
+                     doctor` for the fix"
                 ));
                 Ok(RunCgroup { cgroup: None, warn })
             } else {

@@ -465,11 +465,14 @@ fn fast_join_check(layout: &Layout) -> Check {
     )
 }
 
+/// How a non-root user gets a delegated cgroup v2 subtree from systemd (issue 9.10).
+const SYSTEMD_DELEGATION_FIX: &str = "delegate cgroups to your systemd user instance: mkdir -p /etc/systemd/system/user@.service.d && printf '[Service]\\nDelegate=yes\\n' > /etc/systemd/system/user@.service.d/delegate.conf && systemctl daemon-reload, then log in again (or, for one command, run airlock inside a delegated scope of your user slice: systemd-run --user --scope -p Delegate=yes airlock …)";
+
 fn v2_delegation_fix(invoker: &Invoker) -> String {
     if invoker.is_root() {
         "echo '+memory +pids +cpu' > /sys/fs/cgroup/cgroup.subtree_control".into()
     } else {
-        "mkdir -p /etc/systemd/system/user@.service.d && printf '[Service]\\nDelegate=memory pids cpu\\n' > /etc/systemd/system/user@.service.d/delegate.conf && systemctl daemon-reload (then log in again)".into()
+        SYSTEMD_DELEGATION_FIX.into()
     }
 }
 
@@ -505,21 +508,26 @@ fn create_check(layout: &Layout, invoker: &Invoker, writable: &dyn Fn(&Path) -> 
         );
     }
     let detail = format!(
-        "{} cannot create cgroups in {}: default limits are skipped with a warning, explicit limits are refused",
+        "{} cannot create cgroups in {}: default limits are skipped with a warning and an explicit memory_mb or cpus is refused; without cgroups, sandboxes still get tmpfs mounts sized within memory_mb and RLIMIT_NPROC = pids_max, but the memory their processes use is not bounded",
         invoker.name,
         blocked.iter().map(|h| h.base.display().to_string()).collect::<Vec<_>>().join(", ")
     );
     let fix = if blocked.iter().any(|h| h.v2) {
         v2_delegation_fix(invoker)
     } else {
-        blocked
+        let dirs = blocked
             .iter()
             .map(|h| {
                 let dir = h.base.join(PARENT_DIR);
                 format!("mkdir -p {0} && chown {1} {0}", dir.display(), invoker.name)
             })
             .collect::<Vec<_>>()
-            .join(" && ")
+            .join(" && ");
+        if invoker.is_root() {
+            dirs
+        } else {
+            format!("as root: {dirs}; or use cgroup v2 and {SYSTEMD_DELEGATION_FIX}")
+        }
     };
     Check::not_ok(ID, TITLE, Status::Warning, false, detail, fix)
 }

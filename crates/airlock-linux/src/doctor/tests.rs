@@ -141,6 +141,22 @@ fn rootless_user_without_cgroup_access_gets_a_warning_with_a_fix() {
 }
 
 #[test]
+fn rootless_user_without_cgroups_is_told_how_systemd_delegates_them_and_what_still_holds() {
+    let alice = Invoker {
+        uid: 1000,
+        name: "alice".into(),
+    };
+    let checks = cgroup_checks(&hybrid_layout(), &alice, |_| false);
+    let create = checks.iter().find(|c| c.id == "cgroup_create").unwrap();
+    let fix = create.fix.as_deref().unwrap();
+    assert!(fix.contains("Delegate=yes"), "{fix}");
+    assert!(fix.contains("user@.service.d"), "{fix}");
+    assert!(fix.contains("systemd-run --user --scope"), "{fix}");
+    assert!(create.detail.contains("RLIMIT_NPROC"), "{}", create.detail);
+    assert!(create.detail.contains("tmpfs"), "{}", create.detail);
+}
+
+#[test]
 fn slow_cgroup_joins_get_a_remount_fix_naming_the_cgroup2_mount() {
     let alice = Invoker {
         uid: 1000,

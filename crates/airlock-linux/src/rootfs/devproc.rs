@@ -14,7 +14,7 @@ use std::path::Path;
 
 use nix::mount::MsFlags;
 
-use super::{bind, mkdir, mount_raw, remount_bind, write_file, RootfsError};
+use super::{bind, mkdir, mount_raw, remount_bind, write_file, RootfsError, TmpfsSizes};
 
 const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
 const DEV_LINKS: &[(&str, &str)] = &[
@@ -43,7 +43,7 @@ const SYS_MASKED_DIRS: &[&str] = &["firmware", "devices/virtual/powercap", "clas
 /// Directories in `/proc` made read-only.
 const PROC_READ_ONLY: &[&str] = &["sys", "bus", "fs", "irq"];
 
-pub(super) fn mount_dev(root: &Path) -> Result<(), RootfsError> {
+pub(super) fn mount_dev(root: &Path, sizes: &TmpfsSizes) -> Result<(), RootfsError> {
     let dev = root.join("dev");
     let flags = MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC;
     mount_raw(
@@ -51,7 +51,7 @@ pub(super) fn mount_dev(root: &Path) -> Result<(), RootfsError> {
         &dev,
         Some("tmpfs"),
         flags,
-        Some("mode=0755"),
+        Some(&format!("mode=0755{}", sizes.dev_option())),
         "tmpfs",
     )?;
     // The nodes are the host's own inodes: a read-only bind keeps them usable (opening a device
@@ -83,7 +83,7 @@ pub(super) fn mount_dev(root: &Path) -> Result<(), RootfsError> {
         &shm,
         Some("tmpfs"),
         shm_flags,
-        Some("mode=1777"),
+        Some(&format!("mode=1777{}", sizes.shm_option())),
         "tmpfs",
     )?;
     for (name, target) in DEV_LINKS {

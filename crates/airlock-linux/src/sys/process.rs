@@ -177,6 +177,12 @@ pub struct Confinement {
     /// keeping the rest (for `--root` processes): file capabilities written into a workspace
     /// or mount would reach the host (issue 9.6).
     pub withhold_setfcap: bool,
+    /// Written to the child's `/proc/PID/oom_score_adj` by the parent right after `execve`
+    /// (raising it needs no privilege): sandbox processes are the OOM killer's first choice,
+    /// before the guest's PID 1 (issue 9.10). Not in the pre-exec hook: until `execve` the
+    /// child is non-dumpable like PID 1, so its `/proc` files belong to a root that may not
+    /// exist in the sandbox, and making it dumpable would expose PID 1's memory (the key).
+    pub oom_score_adj: Option<u16>,
     /// A compiled seccomp filter; it must allow `execve`.
     pub seccomp: Option<seccompiler::BpfProgram>,
 }
@@ -264,7 +270,23 @@ pub fn spawn(spec: SpawnSpec, confinement: &Confinement) -> Result<u32, ProcessE
     drop(command);
     drop(report_write);
     match spawned {
-        Ok(child) => Ok(child.id()),
+        Ok(child) => {
+            if let Some(adj) = confinement.oom_score_adj {
+                if let Err(source) = set_oom_score_adj(child.id(), adj) {
+                    // Fail closed: the process must not run with PID 1's score. The caller's
+                    // reaper collects it.
+                    let _ = rustix::process::kill_process(
+                        rustix::process::Pid::from_child(&child),
+                        rustix::process::Signal::KILL,
+                    );
+                    return Err(ProcessError::Syscall {
+                        syscall: "write(/proc/PID/oom_score_adj)",
+                        source,
+                    });
+                }
+            }
+            Ok(child.id())
+        }
         Err(source) => {
             let mut byte = [0u8; 1];
             let step = match std::fs::File::from(report_read).read(&mut byte) {
@@ -388,6 +410,11 @@ fn zero_or_errno(rc: libc::c_long) -> Result<(), Errno> {
     } else {
         Err(Errno::from_raw_os_error(super::probe::errno()))
     }
+}
+
+/// Writes `adj` to `/proc/<pid>/oom_score_adj`.
+fn set_oom_score_adj(pid: u32, adj: u16) -> std::io::Result<()> {
+    std::fs::write(format!("/proc/{pid}/oom_score_adj"), adj.to_string())
 }
 
 /// Removes `cap` from the bounding set and from the effective, permitted and inheritable sets
@@ -570,6 +597,7 @@ mod tests {
             drop_capabilities: true,
             no_new_privs: true,
             withhold_setfcap: false,
+            oom_score_adj: None,
             seccomp: None,
         };
         let (code, out) = run(
@@ -601,6 +629,7 @@ mod tests {
             drop_capabilities: false,
             no_new_privs: true,
             withhold_setfcap: true,
+            oom_score_adj: None,
             seccomp: None,
         };
         let (code, out) = run(
@@ -617,6 +646,29 @@ mod tests {
             assert_eq!(bits & (1 << SETFCAP), 0, "{key} still has CAP_SETFCAP");
             assert_ne!(bits & (1 << 0), 0, "{key} lost CAP_CHOWN too");
         }
+    }
+
+    #[test]
+    fn spawned_process_has_the_requested_oom_score_adj_once_spawn_returns() {
+        let null = || -> OwnedFd { std::fs::File::open("/dev/null").unwrap().into() };
+        let spec = SpawnSpec {
+            argv: vec!["sleep".into(), "30".into()],
+            env: vec![("PATH".into(), "/usr/bin:/bin".into())],
+            cwd: "/".into(),
+            stdio: [null(), null(), null()],
+            controlling_tty: false,
+            identity: Identity::Inherit,
+        };
+        let confinement = Confinement {
+            oom_score_adj: Some(500),
+            ..Confinement::default()
+        };
+        let pid = spawn(spec, &confinement).unwrap();
+        let adj = std::fs::read_to_string(format!("/proc/{pid}/oom_score_adj")).unwrap();
+        let pid = rustix::process::Pid::from_raw(pid as i32).unwrap();
+        rustix::process::kill_process(pid, rustix::process::Signal::KILL).unwrap();
+        rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::empty()).unwrap();
+        assert_eq!(adj, "500\n");
     }
 
     #[test]

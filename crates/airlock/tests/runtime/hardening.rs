@@ -120,3 +120,87 @@ except OSError as e:
         }
     }
 }
+
+/// `stat -f` of the writable tmpfs mounts: total size in MiB of `/` (which holds `/tmp`, `$HOME`
+/// and, on the same tmpfs, the overlay upper layers), `/dev/shm` and `/dev`.
+const TMPFS_TOTAL_MIB: &str = r#"total=0
+for m in / /dev/shm /dev; do
+  set -- $(stat -f -c '%b %S' "$m"); total=$((total + $1 * $2))
+done
+echo "total $((total / 1048576))""#;
+
+fn tmpfs_total_mib(out: &str) -> u64 {
+    let line = out.lines().find(|l| l.starts_with("total ")).expect(out);
+    line["total ".len()..].parse().expect(out)
+}
+
+both! {
+    /// 9.10: the sandbox's tmpfs mounts together stay within `memory_mb` (as the unprivileged
+    /// user without delegated cgroups, with the default limit: before, `/` and `/dev/shm` were
+    /// each half of host RAM); with `memory_mb = 256`, writing 300 MiB to /tmp fails with ENOSPC
+    /// instead of filling host RAM (run where an explicit memory limit is enforceable).
+    fn tmpfs_writes_stay_within_memory_mb(rt) {
+        const DEFAULT_MEMORY_MB: u64 = 8192; // airlock_config::values::DEFAULT_MEMORY_MB
+        let run = rt.sh(&[], TMPFS_TOTAL_MIB);
+        let total = tmpfs_total_mib(ok(&run));
+        assert!(total <= DEFAULT_MEMORY_MB, "tmpfs mounts total {total} MiB: {run:?}");
+        if !rt.is_root() {
+            return; // an explicit memory_mb without cgroups is refused (tested in cli)
+        }
+        rt.env.write_user_config("memory_mb = 256\n");
+        rt.hand_over(rt.env.root());
+        let script = format!("{TMPFS_TOTAL_MIB}\ndd if=/dev/zero of=/tmp/fill bs=1M count=300 2>&1 | head -1; rm -f /tmp/fill; echo done");
+        let run = rt.sh(&[], &script);
+        let out = ok(&run);
+        assert!(tmpfs_total_mib(out) <= 256, "{run:?}");
+        assert!(out.contains("No space left on device"), "{run:?}");
+        assert!(out.ends_with("done\n"), "{run:?}");
+    }
+}
+
+both! {
+    /// 9.10: a fork loop stops at `pids_max`, also for the unprivileged user without delegated
+    /// cgroups (RLIMIT_NPROC, counted per sandbox), and the run can still finish.
+    fn fork_loop_stops_at_pids_max(rt) {
+        rt.env.write_user_config("pids_max = 32\n");
+        rt.hand_over(rt.env.root());
+        let code = r#"import os, signal, time
+kids = []
+err = None
+while len(kids) < 200:
+    try:
+        pid = os.fork()
+    except OSError as e:
+        err = e.errno
+        break
+    if pid == 0:
+        time.sleep(60)
+        os._exit(0)
+    kids.append(pid)
+for k in kids:
+    os.kill(k, signal.SIGKILL)
+    os.waitpid(k, 0)
+print("forked", len(kids), "errno", err)"#;
+        let run = rt.sh(&[], &format!("python3 -c '{code}'"));
+        let out = ok(&run);
+        let fields: Vec<&str> = out.split_whitespace().collect();
+        assert_eq!(fields.first(), Some(&"forked"), "{run:?}");
+        let forked: u32 = fields[1].parse().unwrap();
+        assert!(forked < 32, "{forked} processes started under pids_max = 32: {run:?}");
+        assert_eq!(fields[3], "11", "fork failed with another errno: {run:?}");
+    }
+}
+
+both! {
+    /// 9.10: sandbox processes (user and in-sandbox root) are the OOM killer's choice before the
+    /// guest's PID 1: their `oom_score_adj` is higher than PID 1's.
+    fn sandbox_processes_are_chosen_by_the_oom_killer_before_pid1(rt) {
+        for opts in [&[][..], rt.most_privileged()] {
+            let run = rt.sh(opts, "cat /proc/self/oom_score_adj; sh -c 'cat /proc/self/oom_score_adj'; cat /proc/1/oom_score_adj");
+            let values: Vec<i32> = ok(&run).lines().map(|l| l.trim().parse().unwrap()).collect();
+            assert_eq!(values.len(), 3, "{run:?}");
+            assert!(values[0] > values[2] && values[1] > values[2], "{opts:?}: {values:?}");
+            assert!(values[0] > 0, "{values:?}");
+        }
+    }
+}

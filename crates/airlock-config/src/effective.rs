@@ -288,4 +288,6 @@ pub struct Effective {
     pub agents: Vec<Agent>,
     /// Provisioning steps in P1 order.
     pub provisioning: Vec<ProvisionStep>,
+    /// Paths inside every workspace the sandbox may not change (issue 9.9), lifted ones too.
+    pub protect: Vec<crate::protect::ProtectedPath>,
 }

@@ -20,6 +20,7 @@ mod parse;
 pub mod policy;
 pub mod presets;
 pub mod project;
+pub mod protect;
 pub mod raw;
 pub mod roots;
 pub mod schema;

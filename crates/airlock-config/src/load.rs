@@ -280,6 +280,7 @@ pub fn load(req: &LoadRequest<'_>) -> Result<Effective, ConfigErrors> {
         },
         d,
     );
+    let protect = crate::protect::resolve(user.as_ref(), req.project.map(|p| p.root.as_path()), d);
     let agents = agent_settings(&layers, selected, d);
     let provisioning = provisioning(req, &layers, d);
 
@@ -312,6 +313,7 @@ pub fn load(req: &LoadRequest<'_>) -> Result<Effective, ConfigErrors> {
         network,
         agents,
         provisioning,
+        protect,
     })
 }
 

@@ -17,8 +17,8 @@ use toml_edit::{ImDocument, Item, TableLike};
 
 use crate::diagnostics::{key_segment, Diagnostic, LineIndex};
 use crate::raw::{
-    RawAgentSettings, RawConfig, RawHostPort, RawMount, RawNetwork, AGENT_KEYS, CONFIG_KEYS,
-    HOST_PORT_KEYS, MOUNT_KEYS, NETWORK_KEYS,
+    RawAgentSettings, RawConfig, RawHostPort, RawMount, RawNetwork, RawUnprotect, AGENT_KEYS,
+    CONFIG_KEYS, HOST_PORT_KEYS, MOUNT_KEYS, NETWORK_KEYS, UNPROTECT_KEYS,
 };
 
 /// Which file is being read; decides whether user-only keys are allowed.
@@ -341,6 +341,19 @@ impl Walker<'_> {
                 raw.mount = self.mounts(item);
             }
         }
+        if self.allowed_here(root, "", "protect", "protected paths (`protect`)") {
+            raw.protect = self.list(root, "", "protect");
+        }
+        if self.allowed_here(
+            root,
+            "",
+            "unprotect",
+            "lifted protections (`[[unprotect]]`)",
+        ) {
+            if let Some(item) = root.get("unprotect") {
+                raw.unprotect = self.unprotects(item);
+            }
+        }
         if let Some(item) = root.get("network") {
             if let Some(t) = self.table(item, "network") {
                 raw.network = Some(self.network(t));
@@ -352,6 +365,23 @@ impl Walker<'_> {
             }
         }
         raw
+    }
+
+    fn unprotects(&mut self, item: &Item) -> Vec<RawUnprotect> {
+        let mut out = Vec::new();
+        for (path, t) in self.tables(item, "unprotect") {
+            self.keys(t, &path, UNPROTECT_KEYS);
+            let project = self.required::<String>(t, &path, "project");
+            let paths = if t.get("paths").is_none() {
+                self.required::<Vec<String>>(t, &path, "paths")
+            } else {
+                self.list::<String>(t, &path, "paths")
+            };
+            if let (Some(project), Some(paths)) = (project, paths) {
+                out.push(RawUnprotect { project, paths });
+            }
+        }
+        out
     }
 
     fn mounts(&mut self, item: &Item) -> Vec<crate::raw::RawMount> {
@@ -522,6 +552,11 @@ packages = ["git", "make"]
 layout = "tmux"
 detach_key = "ctrl-p,ctrl-q"
 workspace_mode = "clone"
+protect = [".envrc", ".github/workflows"]
+
+[[unprotect]]
+project = "/home/u/proj"
+paths = [".git/config"]
 
 [[mount]]
 name = "data"
@@ -575,6 +610,7 @@ persist_state = true
     fn walker_key_lists_equal_the_schema_of_each_raw_type() {
         assert_eq!(set(CONFIG_KEYS), schema_keys::<RawConfig>());
         assert_eq!(set(MOUNT_KEYS), schema_keys::<RawMount>());
+        assert_eq!(set(UNPROTECT_KEYS), schema_keys::<RawUnprotect>());
         assert_eq!(set(NETWORK_KEYS), schema_keys::<RawNetwork>());
         assert_eq!(set(HOST_PORT_KEYS), schema_keys::<RawHostPort>());
         assert_eq!(set(AGENT_KEYS), schema_keys::<RawAgentSettings>());
@@ -588,6 +624,8 @@ persist_state = true
             keys,
             [
                 "mount",
+                "protect",
+                "unprotect",
                 "network.extra_ca",
                 "network.host_port",
                 "agents.claude.credentials",
@@ -595,6 +633,7 @@ persist_state = true
             ]
         );
         assert!(raw.mount.is_empty());
+        assert!(raw.protect.is_none() && raw.unprotect.is_empty());
         let net = raw.network.unwrap();
         assert!(net.extra_ca.is_none() && net.host_port.is_empty());
         assert_eq!(raw.agents["claude"].credentials, None);

@@ -56,6 +56,24 @@ pub struct RawConfig {
     /// Per-agent settings, keyed by catalogue name.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub agents: BTreeMap<String, RawAgentSettings>,
+    /// User config only. Extra paths, relative to each workspace root, that sandbox processes
+    /// may not change, rename or remove (at most 32), in addition to `.airlock`, `.git/hooks`
+    /// and `.git/config`. `/`-separated, no `.` or `..`; a component `*` matches every
+    /// directory there. A path that does not exist when the sandbox starts is not protected.
+    pub protect: Option<Vec<String>>,
+    /// User config only. Protected paths lifted for one project.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unprotect: Vec<RawUnprotect>,
+}
+
+/// `[[unprotect]]` (user config only): protected paths a sandbox of one project may change.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawUnprotect {
+    /// Absolute path of the project root, as `airlock plan` shows it.
+    pub project: String,
+    /// Protected paths (as listed by `airlock plan`) lifted there; `.airlock` cannot be lifted.
+    pub paths: Vec<String>,
 }
 
 /// A host directory mapped into the sandbox (`[[mount]]`, user config only).
@@ -198,9 +216,13 @@ pub(crate) const CONFIG_KEYS: &[&str] = &[
     "mount",
     "network",
     "agents",
+    "protect",
+    "unprotect",
 ];
 /// Keys of [`RawMount`].
 pub(crate) const MOUNT_KEYS: &[&str] = &["name", "path", "read_only"];
+/// Keys of [`RawUnprotect`].
+pub(crate) const UNPROTECT_KEYS: &[&str] = &["project", "paths"];
 /// Keys of [`RawNetwork`].
 pub(crate) const NETWORK_KEYS: &[&str] =
     &["preset", "allow", "deny", "extra_ca", "hosts", "host_port"];

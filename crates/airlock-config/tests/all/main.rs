@@ -5,6 +5,7 @@ mod diagnostics;
 mod effective;
 mod mounts;
 mod policy;
+mod protect;
 mod reference;
 mod schema;
 mod trust;

@@ -76,6 +76,10 @@ fn schema_names_every_key_of_both_files() {
         "agents.*.sync_config",
         "agents.*.credentials",
         "agents.*.persist_state",
+        "protect",
+        "unprotect",
+        "unprotect[].project",
+        "unprotect[].paths",
     ];
     let expected: BTreeSet<String> = expected.iter().map(|s| s.to_string()).collect();
     assert_eq!(found, expected);
@@ -100,6 +104,8 @@ fn schema_is_strict_and_marks_user_only_keys() {
         "host_port",
         "credentials",
         "persist_state",
+        "protect",
+        "unprotect",
     ] {
         let desc = find_description(&schema, key).unwrap_or_default();
         assert!(desc.contains("User config only"), "{key}: {desc}");

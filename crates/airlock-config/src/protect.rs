@@ -91,8 +91,8 @@ pub fn check_path(path: &str) -> Result<(), String> {
     if path.len() > MAX_PATH_LEN {
         return Err(format!("the path is longer than {MAX_PATH_LEN} bytes"));
     }
-    if path.contains(['\0', '\\']) {
-        return Err("the path contains NUL or `\\`".into());
+    if path.contains(['\0', '\\']) || path.chars().any(char::is_control) {
+        return Err("the path contains NUL, `\\` or a control character".into());
     }
     if path.starts_with('/') {
         return Err("use a path relative to the workspace root, e.g. \".envrc\"".into());
@@ -220,6 +220,7 @@ mod tests {
             "a/b*c",
             "a\\b",
             "a\0b",
+            "a\u{1b}[2J",
         ] {
             assert!(check_path(bad).is_err(), "{bad:?} accepted");
         }

@@ -45,6 +45,7 @@ use crate::sys::idmount;
 mod budget;
 mod devproc;
 mod etc;
+mod protect;
 mod unreadable;
 
 pub use budget::TmpfsSizes;
@@ -98,6 +99,18 @@ pub enum RootfsError {
     BadTarget { path: PathBuf },
     #[error("the host passed no id-mapped mount for {label}")]
     MissingMount { label: String },
+    #[error("cannot protect {path}: {source}")]
+    Protect {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "the protected path {path} is a symbolic link: airlock does not follow links in a \
+         workspace; replace the link by what it points to, or lift the protection for this \
+         project ([[unprotect]] in the user config)"
+    )]
+    ProtectedLink { path: PathBuf },
 }
 
 /// Top-level directories that start empty (I2).
@@ -169,6 +182,7 @@ pub fn build(boot: &Bootstrap, mounts: &mut Received) -> Result<(), RootfsError>
         let idmapped = passed_mount(mounts, &format!("map:{i}"))?;
         bind_mapping(&root, mapping, idmapped)?;
     }
+    protect_workspaces(&root, boot)?;
     if let Some(egress) = &boot.spec.egress {
         bind_egress(&root, egress, mounts)?;
     }
@@ -194,6 +208,22 @@ fn root_on_scratch(scratch: &Path) -> Result<PathBuf, RootfsError> {
     bind(&root, &root)?;
     remount_bind(&root, MsFlags::MS_NOSUID | MsFlags::MS_NODEV)?;
     Ok(root)
+}
+
+/// Protected paths (issue 9.9) in every writable workspace; see `rootfs/protect.rs`.
+fn protect_workspaces(root: &Path, boot: &Bootstrap) -> Result<(), RootfsError> {
+    if boot.spec.protect.is_empty() {
+        return Ok(());
+    }
+    for workspace in boot.spec.workspaces.iter().filter(|w| w.writable) {
+        let at = inside(root, &workspace.sandbox)?;
+        protect::apply(
+            &at,
+            &boot.spec.protect,
+            (boot.sandbox_uid, boot.sandbox_gid),
+        )?;
+    }
+    Ok(())
 }
 
 /// Where overlay upper and work directories are created.
@@ -587,6 +617,7 @@ mod tests {
             limits: Limits::default(),
             require_root: false,
             egress: None,
+            protect: vec![],
         };
         let order: Vec<_> = spec
             .mappings_in_mount_order()

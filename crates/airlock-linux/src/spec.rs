@@ -79,6 +79,36 @@ pub struct SandboxSpec {
     /// The host-side egress relays (PRODUCT N1, N6, N10); `None`: no way out at all.
     #[serde(default)]
     pub egress: Option<Egress>,
+    /// Paths inside every writable workspace that sandbox processes may not change, rename or
+    /// remove (issue 9.9: files the host executes or trusts, such as `.git/hooks`).
+    #[serde(default)]
+    pub protect: Vec<Protected>,
+}
+
+/// One protected path, relative to a workspace root.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Protected {
+    /// `/`-separated components; a component `*` stands for every directory entry there.
+    pub path: String,
+    /// What to do when the path does not exist but its parent directory does.
+    pub if_missing: IfMissing,
+    /// Protect it only when it is not a directory (`.git` as a worktree's or submodule's
+    /// `gitdir:` file; a `.git` directory is only pinned as the ancestor of its protected parts).
+    #[serde(default)]
+    pub files_only: bool,
+}
+
+/// How a missing protected path is handled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IfMissing {
+    /// Leave it missing: the sandbox may create it (fine for paths the host only trusts when
+    /// they arrive with the repository, e.g. `.airlock`, whose new content is untrusted).
+    Skip,
+    /// Create an empty directory (owned by the sandbox user) and protect it.
+    Dir,
+    /// Create an empty file (owned by the sandbox user) and protect it.
+    File,
 }
 
 /// Where [`Egress::host_dir`] appears inside the sandbox (read-only).

@@ -312,6 +312,7 @@ mod tests {
             limits: Limits::default(),
             require_root: false,
             egress: None,
+            protect: vec![],
         }
     }
 

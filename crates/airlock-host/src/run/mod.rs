@@ -343,7 +343,27 @@ pub fn build_spec(eff: &Effective, root: bool) -> Result<SandboxSpec, HostError>
         require_root: root,
         id,
         egress: None,
+        protect: protected_paths(eff),
     })
+}
+
+/// The effective protected paths that are not lifted, as the runtime takes them (issue 9.9).
+fn protected_paths(eff: &Effective) -> Vec<airlock_linux::spec::Protected> {
+    use airlock_config::protect::IfMissing as From;
+    use airlock_linux::spec::IfMissing as To;
+    eff.protect
+        .iter()
+        .filter(|p| !p.lifted)
+        .map(|p| airlock_linux::spec::Protected {
+            path: p.path.clone(),
+            if_missing: match p.if_missing {
+                From::Skip => To::Skip,
+                From::Dir => To::Dir,
+                From::File => To::File,
+            },
+            files_only: p.files_only,
+        })
+        .collect()
 }
 
 /// `run-<pid>-<random>`: unique among this user's live sandboxes, `[a-z0-9-]`.
@@ -528,6 +548,7 @@ mod tests {
             limits: Limits::default(),
             require_root: false,
             egress: None,
+            protect: vec![],
         }
     }
 

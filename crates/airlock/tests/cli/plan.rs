@@ -264,3 +264,34 @@ fn an_image_that_does_not_exist_is_a_config_error_naming_what_works_today() {
     assert!(run.stderr.contains("\"host\""), "{}", run.stderr);
     assert!(!run.stderr.contains("image import"), "{}", run.stderr);
 }
+
+#[test]
+fn plan_lists_protected_paths_with_their_origin_and_lifted_ones() {
+    let env = TestEnv::new();
+    let project = env.git_project("src/demo");
+    let root = std::fs::canonicalize(&project).unwrap();
+    env.write_user_config(&format!(
+        "protect = [\".envrc\"]\n\n[[unprotect]]\nproject = \"{}\"\npaths = [\".git/config\"]\n",
+        root.display()
+    ));
+    let run = env.run_in(&project, &["plan"]);
+    run.assert_code(0);
+    let out = &run.stdout;
+    for line in [
+        ".git/hooks  (read-only, default)",
+        ".airlock  (read-only, default)",
+        ".envrc  (read-only, user)",
+        ".git/config  (lifted for this project)",
+    ] {
+        assert!(out.contains(line), "{line:?} missing:\n{out}");
+    }
+    let v = env.run_in(&project, &["plan", "--json"]).json();
+    let lifted: Vec<&str> = v["protect"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["lifted"] == true)
+        .map(|p| p["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(lifted, [".git/config"]);
+}

@@ -16,3 +16,4 @@ mod identity;
 mod isolation;
 mod lifecycle;
 mod markers;
+mod protect;

@@ -172,6 +172,21 @@ fn mappings(doc: &mut Doc, e: &Effective) {
             ),
         ],
     );
+    for p in &e.protect {
+        let state = if p.lifted {
+            "lifted for this project".to_owned()
+        } else {
+            format!("read-only, {}", p.origin.as_str())
+        };
+        doc.styled_field(
+            1,
+            "protected",
+            &[
+                (Style::Plain, &p.path),
+                (Style::Dim, &format!("  ({state})")),
+            ],
+        );
+    }
     for m in &e.mounts {
         let access = if m.read_only {
             "read-only"

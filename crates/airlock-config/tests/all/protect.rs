@@ -17,7 +17,12 @@ fn defaults_protect_airlock_git_hooks_and_git_config() {
     let p = w.project("proj", None);
     let eff = w.ok(Some(&p));
     let got = protected(&eff);
-    for path in [".airlock", ".git/hooks", ".git/config", ".git/modules/*/hooks"] {
+    for path in [
+        ".airlock",
+        ".git/hooks",
+        ".git/config",
+        ".git/modules/*/hooks",
+    ] {
         assert!(got.contains(&(path.to_owned(), false)), "{path}: {got:?}");
     }
     let hooks = eff.protect.iter().find(|p| p.path == ".git/hooks").unwrap();
@@ -37,7 +42,10 @@ fn user_config_adds_paths_and_lifts_one_for_one_project_only() {
     let got = protected(&w.ok(Some(&p)));
     assert!(got.contains(&(".envrc".to_owned(), true)), "{got:?}");
     assert!(got.contains(&(".git/config".to_owned(), true)), "{got:?}");
-    assert!(got.contains(&("packages/*/Makefile".to_owned(), false)), "{got:?}");
+    assert!(
+        got.contains(&("packages/*/Makefile".to_owned(), false)),
+        "{got:?}"
+    );
     assert!(got.contains(&(".git/hooks".to_owned(), false)), "{got:?}");
     let got = protected(&w.ok(Some(&other)));
     assert!(got.contains(&(".git/config".to_owned(), false)), "{got:?}");
@@ -65,9 +73,19 @@ fn bad_protect_entries_are_each_reported() {
     );
     assert!(find(&diags, "protect[0]").message.contains("relative"));
     assert!(find(&diags, "protect[1]").message.contains(".."));
-    assert!(find(&diags, "protect[2]").message.contains("already protected"));
-    assert!(find(&diags, "protect[4]").message.contains("already protected"));
-    assert!(find(&diags, "unprotect[0].project").message.contains("absolute"));
-    assert!(find(&diags, "unprotect[1].paths[0]").message.contains("cannot be lifted"));
-    assert!(find(&diags, "unprotect[1].paths[1]").message.contains("not a protected path"));
+    assert!(find(&diags, "protect[2]")
+        .message
+        .contains("already protected"));
+    assert!(find(&diags, "protect[4]")
+        .message
+        .contains("already protected"));
+    assert!(find(&diags, "unprotect[0].project")
+        .message
+        .contains("absolute"));
+    assert!(find(&diags, "unprotect[1].paths[0]")
+        .message
+        .contains("cannot be lifted"));
+    assert!(find(&diags, "unprotect[1].paths[1]")
+        .message
+        .contains("not a protected path"));
 }

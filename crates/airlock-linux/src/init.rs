@@ -239,10 +239,19 @@ fn pid1_setup(boot: &Bootstrap, alive: OwnedFd, mounts: &mut Received) -> Result
         return Err(InitError::ParentGone);
     }
     drop(alive);
+    // Briefly dumpable, to open our own /proc/self/oom_score_adj (a non-dumpable process's
+    // /proc files belong to a root the sandbox may not map). No sandbox process exists yet, and
+    // the host processes that could attach meanwhile could attach to airlock itself anyway.
+    sys(
+        "prctl(PR_SET_DUMPABLE)",
+        rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::Dumpable),
+    )?;
+    let held = crate::sys::process::hold_own_oom_score_adj();
     sys(
         "prctl(PR_SET_DUMPABLE)",
         rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable),
     )?;
+    sys("open(/proc/self/oom_score_adj)", held)?;
     rootfs::build(boot, mounts)?;
     limit_processes(boot)?;
     sys(

@@ -35,6 +35,7 @@ use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::OnceLock;
 
 use rustix::io::Errno;
 use rustix::pipe::{pipe_with, PipeFlags};
@@ -177,11 +178,12 @@ pub struct Confinement {
     /// keeping the rest (for `--root` processes): file capabilities written into a workspace
     /// or mount would reach the host (issue 9.6).
     pub withhold_setfcap: bool,
-    /// Written to the child's `/proc/PID/oom_score_adj` by the parent right after `execve`
-    /// (raising it needs no privilege): sandbox processes are the OOM killer's first choice,
-    /// before the guest's PID 1 (issue 9.10). Not in the pre-exec hook: until `execve` the
-    /// child is non-dumpable like PID 1, so its `/proc` files belong to a root that may not
-    /// exist in the sandbox, and making it dumpable would expose PID 1's memory (the key).
+    /// The child's `oom_score_adj`: sandbox processes are the OOM killer's first choice, before
+    /// the guest's PID 1 (issue 9.10). The parent raises its own value around the fork (see
+    /// [`hold_own_oom_score_adj`], required first), so the child has it from the start. Not
+    /// written by the child: until `execve` it is non-dumpable like PID 1, its `/proc` files
+    /// belong to a root the sandbox may not map, and making it dumpable would expose PID 1's
+    /// memory (the key) to other sandbox processes.
     pub oom_score_adj: Option<u16>,
     /// A compiled seccomp filter; it must allow `execve`.
     pub seccomp: Option<seccompiler::BpfProgram>,
@@ -266,27 +268,14 @@ pub fn spawn(spec: SpawnSpec, confinement: &Confinement) -> Result<u32, ProcessE
     unsafe {
         command.pre_exec(move || plan.apply());
     }
-    let spawned = command.spawn();
+    let spawned = match confinement.oom_score_adj {
+        Some(adj) => with_oom_score_adj(adj, || command.spawn())?,
+        None => command.spawn(),
+    };
     drop(command);
     drop(report_write);
     match spawned {
-        Ok(child) => {
-            if let Some(adj) = confinement.oom_score_adj {
-                if let Err(source) = set_oom_score_adj(child.id(), adj) {
-                    // Fail closed: the process must not run with PID 1's score. The caller's
-                    // reaper collects it.
-                    let _ = rustix::process::kill_process(
-                        rustix::process::Pid::from_child(&child),
-                        rustix::process::Signal::KILL,
-                    );
-                    return Err(ProcessError::Syscall {
-                        syscall: "write(/proc/PID/oom_score_adj)",
-                        source,
-                    });
-                }
-            }
-            Ok(child.id())
-        }
+        Ok(child) => Ok(child.id()),
         Err(source) => {
             let mut byte = [0u8; 1];
             let step = match std::fs::File::from(report_read).read(&mut byte) {
@@ -412,9 +401,43 @@ fn zero_or_errno(rc: libc::c_long) -> Result<(), Errno> {
     }
 }
 
-/// Writes `adj` to `/proc/<pid>/oom_score_adj`.
-fn set_oom_score_adj(pid: u32, adj: u16) -> std::io::Result<()> {
-    std::fs::write(format!("/proc/{pid}/oom_score_adj"), adj.to_string())
+/// PID 1's own `/proc/self/oom_score_adj`, opened for writing by [`hold_own_oom_score_adj`].
+static OWN_OOM_SCORE_ADJ: OnceLock<OwnedFd> = OnceLock::new();
+
+/// Opens the caller's `/proc/self/oom_score_adj` for writing and keeps it for [`spawn`]. Call it
+/// once, while the process is dumpable: a non-dumpable process's `/proc` files belong to a root
+/// the sandbox may not map, so it could not open its own file later. The guest's PID 1 calls it
+/// during setup, before any sandbox process exists.
+pub fn hold_own_oom_score_adj() -> std::io::Result<()> {
+    let fd = rustix::fs::open(
+        c"/proc/self/oom_score_adj",
+        rustix::fs::OFlags::RDWR | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )?;
+    let _ = OWN_OOM_SCORE_ADJ.set(fd);
+    Ok(())
+}
+
+/// Runs `spawn_child` with this process's `oom_score_adj` raised to `adj`, so the child inherits
+/// `adj` from its first instruction (no program can fork before it is set), then restores the
+/// previous value (allowed without privilege: it is not below the kernel's per-process minimum,
+/// which the previous value respects).
+fn with_oom_score_adj<T>(adj: u16, spawn_child: impl FnOnce() -> T) -> Result<T, ProcessError> {
+    let err = |e: Errno| ProcessError::Syscall {
+        syscall: "write(/proc/self/oom_score_adj)",
+        source: e.into(),
+    };
+    let fd = OWN_OOM_SCORE_ADJ.get().ok_or(ProcessError::Syscall {
+        syscall: "open(/proc/self/oom_score_adj)",
+        source: std::io::Error::from_raw_os_error(libc::EBADF),
+    })?;
+    let mut buf = [0u8; 16];
+    let n = rustix::io::pread(fd, &mut buf, 0).map_err(err)?;
+    let previous = buf[..n].to_vec();
+    rustix::io::pwrite(fd, adj.to_string().as_bytes(), 0).map_err(err)?;
+    let result = spawn_child();
+    rustix::io::pwrite(fd, &previous, 0).map_err(err)?;
+    Ok(result)
 }
 
 /// Removes `cap` from the bounding set and from the effective, permitted and inheritable sets
@@ -649,26 +672,22 @@ mod tests {
     }
 
     #[test]
-    fn spawned_process_has_the_requested_oom_score_adj_once_spawn_returns() {
-        let null = || -> OwnedFd { std::fs::File::open("/dev/null").unwrap().into() };
-        let spec = SpawnSpec {
-            argv: vec!["sleep".into(), "30".into()],
-            env: vec![("PATH".into(), "/usr/bin:/bin".into())],
-            cwd: "/".into(),
-            stdio: [null(), null(), null()],
-            controlling_tty: false,
-            identity: Identity::Inherit,
-        };
+    fn spawned_process_starts_with_the_requested_oom_score_adj_and_the_parent_keeps_its_own() {
+        hold_own_oom_score_adj().unwrap();
+        let own = || std::fs::read_to_string("/proc/self/oom_score_adj").unwrap();
+        let before = own();
         let confinement = Confinement {
             oom_score_adj: Some(500),
             ..Confinement::default()
         };
-        let pid = spawn(spec, &confinement).unwrap();
-        let adj = std::fs::read_to_string(format!("/proc/{pid}/oom_score_adj")).unwrap();
-        let pid = rustix::process::Pid::from_raw(pid as i32).unwrap();
-        rustix::process::kill_process(pid, rustix::process::Signal::KILL).unwrap();
-        rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::empty()).unwrap();
-        assert_eq!(adj, "500\n");
+        let (code, out) = run(
+            &["cat", "/proc/self/oom_score_adj"],
+            Identity::Inherit,
+            &confinement,
+        )
+        .unwrap();
+        assert_eq!((code, out.as_str()), (0, "500\n"));
+        assert_eq!(own(), before, "the parent's own value is restored");
     }
 
     #[test]

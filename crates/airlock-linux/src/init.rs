@@ -264,9 +264,9 @@ fn pid1_setup(boot: &Bootstrap, alive: OwnedFd, mounts: &mut Received) -> Result
 
 /// `RLIMIT_NPROC = pids_max` for PID 1 and everything it starts: a process limit that holds
 /// without cgroups (issue 9.10). Since Linux 5.14 the kernel counts it per user namespace and
-/// uid, so it counts only this sandbox's processes; it does not bind processes that run as host
-/// uid 0 (the kernel exempts `INIT_USER`), which is why it matters where the sandbox runs under
-/// an id of its own. The cgroup's `pids.max`, when there is one, applies as well.
+/// uid, so it counts only this sandbox's processes. The kernel exempts host uid 0 (`INIT_USER`),
+/// which no sandbox process is: a root invoker's sandbox runs under an id range of its own
+/// (`idmap.rs`). The cgroup's `pids.max`, when there is one, applies as well.
 fn limit_processes(boot: &Bootstrap) -> Result<(), InitError> {
     let Some(limit) = boot.spec.limits.pids_max else {
         return Ok(());

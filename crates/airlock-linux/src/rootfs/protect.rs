@@ -14,6 +14,10 @@
 //! protected path refuses the start (naming the path), and mounts are made through those
 //! descriptors (`open_tree(OPEN_TREE_CLONE)` + `move_mount`), so a path swapped between the
 //! check and the mount cannot redirect a mount. This runs before any sandbox process exists.
+//!
+//! A root invoker's workspace is an id-mapped mount (`idmounts.rs`): a clone made by
+//! `open_tree` keeps the id mapping of the mount it clones, so pins and protected binds show
+//! the same owners, and a path created here as the sandbox user belongs to the invoker on disk.
 
 use std::collections::BTreeMap;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};

@@ -266,6 +266,7 @@ pub fn host_handshake(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::version::MAX_VERSION;
     use std::os::unix::net::UnixStream;
     use std::thread;
 
@@ -291,8 +292,8 @@ mod tests {
             key,
             VersionRange::CURRENT,
         );
-        assert_eq!(g.unwrap(), 1);
-        assert_eq!(h.unwrap(), 1);
+        assert_eq!(g.unwrap(), MAX_VERSION);
+        assert_eq!(h.unwrap(), MAX_VERSION);
     }
 
     #[test]

@@ -8,22 +8,35 @@
 //!   per-epoch key, verified in constant time before anything else is accepted.
 //! - [`fdpass`]: the control socket and `SCM_RIGHTS` stream opening.
 //! - [`client`]: the host side of one exec.
+//! - [`session`], [`session_client`], [`detach_key`]: named persistent sessions (v2): the
+//!   messages, the host side of attach/list/kill/ensure, and the detach key.
 //!
 //! This crate knows nothing about backends: it works over any connected Unix stream.
 
 pub mod client;
+pub mod detach_key;
 pub mod fdpass;
 pub mod frame;
 pub mod handshake;
 pub mod message;
+pub mod session;
+pub mod session_client;
 pub mod version;
 
 pub use client::{ClientError, ExecClient, ExecController, ExitStatus};
+pub use detach_key::{DetachKey, DetachKeyError, DEFAULT_DETACH_KEY};
 pub use fdpass::{control_socketpair, open_stream, recv_stream, send_stream, FdPassError};
 pub use frame::{FrameError, FrameKind, MAX_FRAME_LEN};
 pub use handshake::{guest_handshake, host_handshake, HandshakeError, Key};
 pub use message::{
     read_packet, write_message, write_packet, ErrorCode, ExecRequest, ExecUser, Message, Packet,
     PacketError, RemoteError, RequestError, TtyRequest, WindowSize,
+};
+pub use session::{
+    AttachRequest, EnsureRequest, Opened, SessionCommand, SessionErrorCode, SessionInfo,
+    SessionMessage, SessionRefusal, SessionSpec, SessionState, DEFAULT_SESSION,
+};
+pub use session_client::{
+    AttachEnd, Attached, SessionClient, SessionClientError, SessionController,
 };
 pub use version::{negotiate, VersionError, VersionRange, MAX_VERSION, MIN_VERSION};

@@ -21,6 +21,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::frame::{self, Frame, FrameError, FrameKind};
+use crate::session::SessionMessage;
 use crate::version::VersionRange;
 
 /// A control message.
@@ -80,6 +81,8 @@ pub enum Message {
     },
     /// Either direction: a typed failure; the stream ends after it (v1).
     Error(RemoteError),
+    /// Sessions (v2): every session request and reply, see [`crate::session`].
+    Session(SessionMessage),
 }
 
 impl Message {
@@ -95,6 +98,7 @@ impl Message {
             | Self::Exited { .. }
             | Self::Signaled { .. }
             | Self::Error(_) => 1,
+            Self::Session(_) => crate::session::SESSIONS_SINCE,
         }
     }
 
@@ -112,6 +116,7 @@ impl Message {
             Self::Exited { .. } => "exited",
             Self::Signaled { .. } => "signaled",
             Self::Error(_) => "error",
+            Self::Session(message) => message.name(),
         }
     }
 }
@@ -379,6 +384,22 @@ mod tests {
             Message::Signaled { signal: 9 },
             Message::Error(RemoteError::new(ErrorCode::AuthFailed, "no")),
             Message::Ready { version: 1 },
+            Message::Session(crate::session::SessionMessage::List),
+            Message::Session(crate::session::SessionMessage::Kill {
+                name: "main".into(),
+            }),
+            Message::Session(crate::session::SessionMessage::Ensure(
+                crate::session::EnsureRequest {
+                    name: "main".into(),
+                    size: WindowSize { rows: 2, cols: 3 },
+                    spec: crate::session::SessionSpec {
+                        command: crate::session::SessionCommand::LoginShell { preferred: None },
+                        env: BTreeMap::new(),
+                        cwd: None,
+                        term: "xterm".into(),
+                    },
+                },
+            )),
         ];
         for message in messages {
             let mut buf = Vec::new();

@@ -2,7 +2,8 @@
 //!
 //! Order of operations on a stream:
 //! 1. handshake (guest side: nonce out, proof in, verified before anything else is read);
-//! 2. exactly one `exec`; anything else first is refused with `unexpected_message`;
+//! 2. exactly one `exec`, or one session request (v2), served by [`crate::session::serve`];
+//!    anything else first is refused with `unexpected_message`;
 //! 3. the process is spawned through `airlock_linux::sys::process` and registered with the
 //!    reaper under one lock; `started { pid }` is sent;
 //! 4. two activities run until the process ends: this thread reads host input (`stdin`,
@@ -56,20 +57,22 @@ pub struct Shared {
     pub opts: GuestOptions,
     /// The process table.
     pub children: Children,
+    /// The persistent sessions (S1).
+    pub sessions: crate::session::Sessions,
     /// Whether `setgroups(2)` is permitted in this user namespace.
     pub setgroups_allowed: bool,
 }
 
-type Writer = Arc<Mutex<UnixStream>>;
+pub(crate) type Writer = Arc<Mutex<UnixStream>>;
 
-fn send(writer: &Writer, packet: &Packet) -> bool {
+pub(crate) fn send(writer: &Writer, packet: &Packet) -> bool {
     let mut stream = writer
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
     write_packet(&mut *stream, packet).is_ok()
 }
 
-fn send_error(writer: &Writer, code: ErrorCode, message: impl Into<String>) {
+pub(crate) fn send_error(writer: &Writer, code: ErrorCode, message: impl Into<String>) {
     send(
         writer,
         &Packet::Control(Message::Error(RemoteError::new(code, message))),
@@ -77,20 +80,20 @@ fn send_error(writer: &Writer, code: ErrorCode, message: impl Into<String>) {
 }
 
 /// The guest's ends of a process's stdio.
-struct Ends {
+pub(crate) struct Ends {
     /// Where stdin bytes go: the pipe's write end, or the PTY master.
-    stdin: OwnedFd,
+    pub(crate) stdin: OwnedFd,
     /// Output descriptors and the frame kind each one feeds.
-    outputs: Vec<(OwnedFd, Output)>,
+    pub(crate) outputs: Vec<(OwnedFd, Output)>,
     /// The PTY master, for `resize` (PTY mode only).
-    master: Option<OwnedFd>,
+    pub(crate) master: Option<OwnedFd>,
 }
 
 /// A started process.
-struct Process {
-    pid: u32,
-    ends: Ends,
-    watch: ExitWatch,
+pub(crate) struct Process {
+    pub(crate) pid: u32,
+    pub(crate) ends: Ends,
+    pub(crate) watch: ExitWatch,
 }
 
 /// What the input loop controls.
@@ -101,7 +104,7 @@ struct Input {
 }
 
 #[derive(Debug, Clone, Copy)]
-enum Output {
+pub(crate) enum Output {
     Stdout,
     Stderr,
 }
@@ -117,6 +120,16 @@ pub fn serve(mut stream: UnixStream, shared: &Shared) {
     let writer: Writer = Arc::new(Mutex::new(writer));
     let request = match read_packet(&mut stream) {
         Ok(Some(Packet::Control(Message::Exec(request)))) => request,
+        Ok(Some(Packet::Control(message @ Message::Session(_)))) if message.since() > version => {
+            return send_error(
+                &writer,
+                ErrorCode::UnexpectedMessage,
+                format!("{} needs a newer protocol", message.name()),
+            )
+        }
+        Ok(Some(Packet::Control(Message::Session(request)))) => {
+            return crate::session::serve(stream, &writer, shared, request)
+        }
         Ok(None) => return,
         Ok(Some(other)) => {
             return send_error(
@@ -147,7 +160,7 @@ pub fn serve(mut stream: UnixStream, shared: &Shared) {
 }
 
 /// Spawns the process `request` describes, or says why not.
-fn start(shared: &Shared, request: &ExecRequest) -> Result<Process, RemoteError> {
+pub(crate) fn start(shared: &Shared, request: &ExecRequest) -> Result<Process, RemoteError> {
     request
         .validate()
         .map_err(|e| RemoteError::new(ErrorCode::BadRequest, e.to_string()))?;
@@ -292,7 +305,7 @@ enum PtyStdioError {
 }
 
 /// Writes queued stdin chunks to `fd`; dropping the sender closes the process's stdin.
-fn spawn_stdin_writer(fd: OwnedFd) -> SyncSender<Vec<u8>> {
+pub(crate) fn spawn_stdin_writer(fd: OwnedFd) -> SyncSender<Vec<u8>> {
     let (tx, rx): (SyncSender<Vec<u8>>, Receiver<Vec<u8>>) = sync_channel(STDIN_QUEUE);
     thread::spawn(move || {
         let mut open = true;

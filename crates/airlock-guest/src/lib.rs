@@ -5,7 +5,8 @@
 //! and serving exec streams that the host opens over the control socket
 //! (docs/architecture.md, "Control channel"). Each stream authenticates with the epoch key
 //! before anything else, then runs one process in pipes or PTY mode, spawned through
-//! `airlock_linux::sys::process` with the confinement the runtime handed over.
+//! `airlock_linux::sys::process` with the confinement the runtime handed over, or serves one
+//! request about the persistent sessions PID 1 owns ([`session`]).
 
 pub mod children;
 pub mod exec;
@@ -13,6 +14,7 @@ pub mod options;
 pub mod pid1;
 pub mod pty;
 pub mod relay;
+pub mod session;
 
 pub use options::{GuestOptions, SandboxUser};
 pub use pid1::{run, GuestError};

@@ -81,6 +81,7 @@ fn serve(control: OwnedFd, opts: GuestOptions) -> Result<(), GuestError> {
     let shared = Arc::new(Shared {
         opts,
         children: Children::default(),
+        sessions: crate::session::Sessions::default(),
         setgroups_allowed: setgroups_allowed(),
     });
     let signals = install_signal_pipe(&[libc::SIGCHLD, libc::SIGTERM, libc::SIGINT, libc::SIGHUP])?;

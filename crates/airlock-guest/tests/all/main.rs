@@ -5,3 +5,4 @@ mod exec;
 mod fixture;
 mod lifecycle;
 mod protocol;
+mod sessions;

@@ -24,7 +24,7 @@ pub mod session_client;
 pub mod version;
 
 pub use client::{ClientError, ExecClient, ExecController, ExitStatus};
-pub use detach_key::{DetachKey, DetachKeyError, DEFAULT_DETACH_KEY};
+pub use detach_key::{DetachKey, DetachKeyError, DetachScanner, Scan, DEFAULT_DETACH_KEY};
 pub use fdpass::{control_socketpair, open_stream, recv_stream, send_stream, FdPassError};
 pub use frame::{FrameError, FrameKind, MAX_FRAME_LEN};
 pub use handshake::{guest_handshake, host_handshake, HandshakeError, Key};

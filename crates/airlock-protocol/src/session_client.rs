@@ -6,7 +6,7 @@
 //! returns an [`Attached`] once the guest answered `opened`. [`Attached::run`] then copies the
 //! session's output to the caller's writer and, on a thread, the caller's input into `stdin`
 //! frames, stopping at the detach key ([`DetachKey`]): the bytes before it are sent, the rest
-//! of that read is dropped, and `detach` is sent. Window-size changes go in through a
+//! of that read is dropped, and `detach` is sent (a partly typed key sequence is held back). Window-size changes go in through a
 //! [`SessionController`] from any thread.
 //!
 //! The input thread blocks in `read` on the caller's reader; it cannot be interrupted, so it
@@ -278,6 +278,7 @@ fn unexpected_session(message: &SessionMessage) -> SessionClientError {
 /// Copies input into `stdin` frames up to the detach key; the end of input detaches too.
 fn pump_input(mut input: Box<dyn Read + Send>, controller: &SessionController, key: DetachKey) {
     let mut buf = vec![0u8; 16 * 1024];
+    let mut scanner = key.scanner();
     loop {
         let n = match input.read(&mut buf) {
             Ok(0) => break,
@@ -285,13 +286,11 @@ fn pump_input(mut input: Box<dyn Read + Send>, controller: &SessionController, k
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(_) => break,
         };
-        let chunk = &buf[..n];
-        let found = key.find(chunk);
-        let forward = &chunk[..found.unwrap_or(n)];
-        if !forward.is_empty() && controller.send(&Packet::Stdin(forward.to_vec())).is_err() {
+        let scan = scanner.feed(&buf[..n]);
+        if !scan.forward.is_empty() && controller.send(&Packet::Stdin(scan.forward)).is_err() {
             return;
         }
-        if found.is_some() {
+        if scan.detach {
             break;
         }
     }

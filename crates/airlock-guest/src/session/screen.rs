@@ -4,12 +4,14 @@
 //! cursor keys, bracketed paste and mouse reporting) and the bounded scrollback.
 //!
 //! What a redraw holds, in order:
-//! 1. on the main screen, the scrollback and the visible rows as plain lines with colours, so
+//! 1. the scrollback and the visible rows of the main screen as plain lines with colours, so
 //!    they scroll into the client terminal's own scrollback (the visible rows are then drawn
-//!    over); on the alternate screen (a full-screen program such as `vim` or `less`), the
-//!    switch to the client's alternate screen instead, since the main screen is not visible;
-//! 2. the visible screen: clear, every row, attributes, cursor (vt100 `state_formatted`);
-//! 3. the input modes.
+//!    over);
+//! 2. when a full-screen program (`vim`, `less`) has switched to the alternate screen: the main
+//!    screen as it was at that switch, then the switch, so quitting the program shows the
+//!    client the same shell screen the session has;
+//! 3. the visible screen: clear, every row, attributes, cursor (vt100 `state_formatted`);
+//! 4. the input modes.
 //!
 //! Not modelled (they reach an attached client's terminal raw, but are not redrawn): the window
 //! title, the kitty keyboard protocol, OSC hyperlinks and clipboard requests.
@@ -26,6 +28,22 @@ pub const SCROLLBACK_LINES: usize = 2000;
 /// The terminal state of one session.
 pub struct Screen {
     parser: vt100::Parser,
+    /// The main screen as it was when a program switched to the alternate one (the main grid
+    /// does not change meanwhile), so a redraw can put it under the alternate screen.
+    main: Option<vt100::Screen>,
+}
+
+/// The sequences that switch to the alternate screen (xterm's 1049, 1047, 47).
+const ENTER_ALTERNATE: [&[u8]; 3] = [b"\x1b[?1049h", b"\x1b[?1047h", b"\x1b[?47h"];
+
+/// Where the first switch to the alternate screen starts in `bytes`.
+fn find_enter_alternate(bytes: &[u8]) -> Option<usize> {
+    (0..bytes.len()).find(|&at| {
+        bytes[at] == 0x1b
+            && ENTER_ALTERNATE
+                .iter()
+                .any(|seq| bytes[at..].starts_with(seq))
+    })
 }
 
 fn dims(size: WindowSize) -> (NonZeroU16, NonZeroU16) {
@@ -41,18 +59,46 @@ impl Screen {
         let (rows, cols) = dims(size);
         Self {
             parser: vt100::Parser::new(rows, cols, scrollback),
+            main: None,
         }
     }
 
-    /// Feeds what the session's PTY printed.
-    pub fn process(&mut self, bytes: &[u8]) {
-        self.parser.process(bytes);
+    /// Feeds what the session's PTY printed. Just before a switch to the alternate screen the
+    /// main screen is kept aside. (A switch split across two chunks is missed: the redraw then
+    /// shows the alternate screen alone, as if the main one were empty.)
+    pub fn process(&mut self, mut bytes: &[u8]) {
+        while !bytes.is_empty() {
+            let split = if self.parser.screen().alternate_screen() {
+                None
+            } else {
+                find_enter_alternate(bytes)
+            };
+            let Some(at) = split else {
+                self.parser.process(bytes);
+                break;
+            };
+            self.parser.process(&bytes[..at]);
+            self.main = Some(self.parser.screen().clone());
+            // The switch itself, so the next round looks past it.
+            let len = ENTER_ALTERNATE
+                .iter()
+                .find(|seq| bytes[at..].starts_with(seq))
+                .map_or(1, |seq| seq.len());
+            self.parser.process(&bytes[at..at + len]);
+            bytes = &bytes[at + len..];
+        }
+        if !self.parser.screen().alternate_screen() {
+            self.main = None;
+        }
     }
 
     /// Follows the PTY's new size.
     pub fn resize(&mut self, size: WindowSize) {
         let (rows, cols) = dims(size);
         self.parser.set_size(rows, cols);
+        if let Some(main) = &mut self.main {
+            main.set_size(rows, cols);
+        }
     }
 
     /// The text on screen, rows joined by newlines (tests and diagnostics).
@@ -65,22 +111,30 @@ impl Screen {
         let screen = self.parser.screen();
         let mut out = String::new();
         if screen.alternate_screen() {
+            if let Some(main) = &self.main {
+                history(main, &mut out);
+                out.push_str(&main.contents_formatted());
+            }
             out.push_str("\x1b[?1049h");
         } else {
-            let mut history = String::new();
-            let mut state = BasicFormattedCaptureState::new();
-            // Writing into a String cannot fail.
-            let _ = screen.write_contents_formatted_basic(
-                &mut history,
-                BasicFormattedCaptureRange::Full(&mut state),
-            );
-            // The client's terminal is in raw mode: a newline must also return the carriage.
-            out.push_str(&history.replace('\n', "\r\n"));
-            out.push_str("\x1b[0m");
+            history(screen, &mut out);
         }
         out.push_str(&screen.state_formatted());
         out.into_bytes()
     }
+}
+
+/// The scrollback and the visible rows as plain lines with colours (they scroll into the
+/// client's own scrollback; the visible rows are drawn over afterwards).
+fn history(screen: &vt100::Screen, out: &mut String) {
+    let mut lines = String::new();
+    let mut state = BasicFormattedCaptureState::new();
+    // Writing into a String cannot fail.
+    let _ = screen
+        .write_contents_formatted_basic(&mut lines, BasicFormattedCaptureRange::Full(&mut state));
+    // The client's terminal is in raw mode: a newline must also return the carriage.
+    out.push_str(&lines.replace('\n', "\r\n"));
+    out.push_str("\x1b[0m");
 }
 
 #[cfg(test)]
@@ -155,7 +209,21 @@ mod tests {
         assert!(shown.screen().alternate_screen());
         assert!(shown.screen().application_cursor());
         assert!(shown.screen().contents().starts_with("page one"));
-        assert!(!String::from_utf8_lossy(&redraw).contains("shell$"));
+    }
+
+    #[test]
+    fn the_main_screen_is_redrawn_under_a_full_screen_program() {
+        let mut screen = Screen::new(size(4, 20), 100);
+        // The switch arrives in the same chunk as the shell's output before it.
+        screen.process(b"shell$ less file\r\n\x1b[?1049h\x1b[H\x1b[2Jpage one");
+        screen.process(b"\r\n(END)");
+        let mut shown = render(&screen.redraw(), 4, 20);
+        assert!(shown.screen().contents().starts_with("page one"));
+        // When the program quits, the terminal shows the shell's screen, as the session does.
+        shown.process(b"\x1b[?1049l");
+        screen.process(b"\x1b[?1049l");
+        assert!(shown.screen().contents().starts_with("shell$ less file"));
+        assert_eq!(shown.screen().contents(), screen.contents());
     }
 
     #[test]

@@ -10,6 +10,8 @@
 //! - [`config`]: the effective configuration as the host loads it (trust read-only).
 //! - [`project`]: the active project of a working directory.
 //! - [`paths`]: airlock's private roots and the state files the verbs share.
+//! - [`sessions`]: the persistent sessions of a sandbox (S1–S4): the default session's spec
+//!   and the list/kill/ensure requests to the guest.
 //! - [`hidden`]: the hidden verbs (`__init`, `__keeper`, `__proxy`) as library functions.
 //! - [`wire`]: every message between two airlock processes on the host (keeper, proxy child).
 //!
@@ -25,6 +27,7 @@ pub mod lifecycle;
 pub mod paths;
 pub mod project;
 pub mod run;
+pub mod sessions;
 pub mod wire;
 
 pub use error::{ErrorKind, HostError};

@@ -8,6 +8,7 @@
 //! 4. The result is printed (stdout), errors go to stderr (or stdout as JSON), and the exit
 //!    status comes from [`error::exit_code`]. A closed stdout (broken pipe) ends quietly.
 
+mod attach;
 mod cli;
 mod command_options;
 mod commands;
@@ -19,8 +20,10 @@ mod live;
 #[cfg(test)]
 mod man_pages;
 mod output;
+mod session_view;
 mod status_json;
 mod stream;
+mod terminal;
 
 use std::ffi::OsString;
 use std::io;

@@ -11,6 +11,7 @@ use crate::context::Context;
 use crate::error::CommandError;
 use crate::output::Doc;
 
+pub mod attach;
 pub mod clean;
 pub mod completions;
 pub mod config;
@@ -23,6 +24,7 @@ pub mod plan;
 pub mod policy;
 pub mod run;
 pub mod secret;
+pub mod sessions;
 pub mod status;
 pub mod trust;
 pub mod up;
@@ -40,6 +42,10 @@ pub enum Command {
     Run(run::RunArgs),
     /// Create the project's persistent sandbox (or reuse the exact ready one), then attach
     Up(up::UpArgs),
+    /// Attach this terminal to a session of the ready sandbox (default: main, created if absent)
+    Attach(attach::AttachArgs),
+    /// List the sandbox's sessions, or end one (`sessions kill SESSION`)
+    Sessions(sessions::SessionsArgs),
     /// Run one command in the ready sandbox
     Exec(exec::ExecArgs),
     /// Health of the project's sandbox and of its latest operation; exit 0 only when ready
@@ -74,6 +80,8 @@ pub fn run(command: Command, ctx: &Context) -> Result<Report, CommandError> {
         Command::Plan(args) => plan::run(args, ctx),
         Command::Run(args) => run::run(args, ctx),
         Command::Up(args) => up::run(args, ctx),
+        Command::Attach(args) => attach::run(args, ctx),
+        Command::Sessions(args) => sessions::run(args, ctx),
         Command::Exec(args) => exec::run(args, ctx),
         Command::Status(args) => status::run(args, ctx),
         Command::Ls(args) => ls::run(args, ctx),

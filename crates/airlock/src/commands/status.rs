@@ -1,9 +1,11 @@
 //! `airlock status [--name NAME] [--json]` (PRODUCT L5): the sandbox's health, proven from the
 //! processes themselves, separately from its latest operation. Read-only: takes no lock and
-//! creates nothing. Exit 0 only for `ready`.
+//! creates nothing. Exit 0 only for `ready`. A ready sandbox's sessions are listed too (asking
+//! its PID 1, bounded in time).
 
 use airlock_core::lifecycle::{self, Health, StatusReport};
 use airlock_core::records::utc_text;
+use airlock_protocol::SessionInfo;
 use clap::Args;
 
 use airlock_host::lifecycle::{human_bytes, lifecycle_error};
@@ -12,6 +14,7 @@ use super::Report;
 use crate::context::{resolve_name, setup, Context};
 use crate::error::{CommandError, ErrorKind};
 use crate::output::{path_text, Doc, Style};
+use crate::session_view;
 use crate::status_json::to_json;
 
 #[derive(Args, Debug)]
@@ -26,8 +29,13 @@ pub fn run(args: StatusArgs, ctx: &Context) -> Result<Report, CommandError> {
     let setup = setup(ctx, false)?;
     let report =
         lifecycle::status(&setup.stores, &setup.backend, &name).map_err(lifecycle_error)?;
-    let doc = render(&report);
-    let json = to_json(&report);
+    let sessions = sessions_of(&setup, &report);
+    let doc = render(&report, &sessions);
+    let mut json = to_json(&report);
+    json["sessions"] = match &sessions {
+        Some(Ok(list)) => list.iter().map(session_view::json).collect(),
+        Some(Err(_)) | None => serde_json::Value::Null,
+    };
     let out = Report::new(doc, json);
     Ok(match report.health {
         Health::Ready => out,
@@ -42,6 +50,39 @@ pub fn run(args: StatusArgs, ctx: &Context) -> Result<Report, CommandError> {
     })
 }
 
+/// The sessions of a ready sandbox (L5); `None` when it is not ready.
+fn sessions_of(
+    host: &airlock_host::Host,
+    report: &StatusReport,
+) -> Option<Result<Vec<SessionInfo>, CommandError>> {
+    let record = report
+        .record
+        .as_ref()
+        .filter(|_| report.health == Health::Ready)?;
+    Some(airlock_host::sessions::list(host, record).map_err(CommandError::from))
+}
+
+fn render_sessions(doc: &mut Doc, sessions: &Option<Result<Vec<SessionInfo>, CommandError>>) {
+    let Some(sessions) = sessions else { return };
+    doc.heading("Sessions");
+    match sessions {
+        Ok(list) if list.is_empty() => {
+            doc.text(1, &[(Style::Dim, "none")]);
+        }
+        Ok(list) => {
+            for info in list {
+                doc.text(1, &[(Style::Plain, &session_view::line(info))]);
+            }
+        }
+        Err(e) => {
+            doc.text(
+                1,
+                &[(Style::Warn, &format!("cannot list the sessions: {e}"))],
+            );
+        }
+    }
+}
+
 fn health_style(h: Health) -> Style {
     match h {
         Health::Ready => Style::Good,
@@ -50,7 +91,7 @@ fn health_style(h: Health) -> Style {
     }
 }
 
-fn render(r: &StatusReport) -> Doc {
+fn render(r: &StatusReport, sessions: &Option<Result<Vec<SessionInfo>, CommandError>>) -> Doc {
     let mut doc = Doc::new();
     doc.heading("Sandbox");
     doc.field(1, "name", r.name.as_str());
@@ -94,6 +135,7 @@ fn render(r: &StatusReport) -> Doc {
             .collect();
         doc.field(1, "timings", &timings.join(", "));
     }
+    render_sessions(&mut doc, sessions);
     if !r.warnings.is_empty() {
         doc.heading("Warnings");
         for w in &r.warnings {

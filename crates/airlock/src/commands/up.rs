@@ -8,8 +8,8 @@
 //!    a ready sandbox is kept) and exits 130; a second one exits at once.
 //! 3. `airlock_core::lifecycle::up` (lock, stale cleanup, reuse/refuse/create, records).
 //! 4. One line of timings (L3: only what was measured — there are no provisioning steps yet,
-//!    so no provisioning time is claimed), then attach: until sessions exist, an interactive login shell
-//!    through the same path as `exec -t`.
+//!    so no provisioning time is claimed), then the default session (S1): attach to it,
+//!    creating it when absent or exited; with `--no-attach` only make sure it exists.
 //!
 //! Test hooks, in debug builds only: `AIRLOCK_TEST_CRASH_AT=<phase>` aborts the process when
 //! that phase starts, to test crash recovery (L8); `AIRLOCK_TEST_PAUSE_AT=<phase>` sleeps 3 s
@@ -21,22 +21,23 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use airlock_core::lifecycle::{self, Observer, UpRequest};
-use airlock_protocol::{ExecRequest, ExecUser};
+use airlock_protocol::{WindowSize, DEFAULT_SESSION};
 use clap::Args;
 use nix::sys::signal::{SigSet, Signal};
 
 use airlock_host::config::load_effective;
-use airlock_host::lifecycle::{key_of, lifecycle_error, parse_duration, plan_summary};
+use airlock_host::lifecycle::{lifecycle_error, parse_duration, plan_summary};
 use airlock_host::Host;
 
 use super::Report;
+use crate::attach::{attach_terminal, AttachPlan};
 use crate::context::{active_project, resolve_name, setup, Context};
 use crate::error::CommandError;
 use crate::output::{Doc, Style};
 
 #[derive(Args, Debug)]
 pub struct UpArgs {
-    /// Do not attach a shell after the sandbox is ready (needed without a terminal)
+    /// Do not attach to the default session after the sandbox is ready (needed without a terminal)
     #[arg(long)]
     pub no_attach: bool,
     /// Memory limit in MiB for this sandbox only (minimum 256); no file is rewritten
@@ -58,9 +59,11 @@ pub fn run(args: UpArgs, ctx: &Context) -> Result<Report, CommandError> {
     let has_terminal = ctx.stdin_is_terminal && ctx.stdout_is_terminal;
     if !args.no_attach && !has_terminal {
         return Err(CommandError::usage(
-            "`up` attaches a shell, which needs a terminal on stdin and stdout",
+            "`up` ends attached to the default session, which needs a terminal on stdin and stdout",
         )
-        .with_hint("pass --no-attach to only create the sandbox (e.g. in scripts)"));
+        .with_hint(
+            "pass --no-attach to only create the sandbox and its default session (e.g. in scripts)",
+        ));
     }
     let project = match project {
         Some(p) => p,
@@ -110,21 +113,38 @@ pub fn run(args: UpArgs, ctx: &Context) -> Result<Report, CommandError> {
     }
     notes.extend(outcome_notes(&outcome));
     let (lines, json) = summary(&name, &outcome, total);
+    // S1: every `up` makes sure the default session exists; attaching creates it.
+    let plan = AttachPlan::new(
+        &effective,
+        &outcome.record,
+        &roots.data,
+        DEFAULT_SESSION,
+        args.name.as_deref(),
+    )?;
     if args.no_attach {
         let mut doc = Doc::new();
         for line in &lines {
             doc.text(0, &[(Style::Plain, line)]);
         }
+        let session = ensure_default(&setup, &outcome.record, &plan);
+        if let Ok(line) = &session {
+            doc.text(0, &[(Style::Plain, line)]);
+        }
         let mut report = Report::new(doc, json);
         report.notes = notes;
-        return Ok(report);
+        // The sandbox is ready either way; a session that cannot start fails `up` (exit 1).
+        return Ok(match session {
+            Ok(_) => report,
+            Err(e) => report.with_failure(e),
+        });
     }
     // Attaching takes over the terminal: say everything first.
     for line in notes.iter().chain(lines.iter()) {
         eprintln!("{}", crate::output::escape_untrusted(line));
     }
     cancel.stop();
-    let status = attach(&setup, &outcome.record)?;
+    let (stream, key) = airlock_host::sessions::open_stream(&setup, &outcome.record)?;
+    let status = attach_terminal(stream, &key, &plan)?;
     let mut report = Report::new(Doc::new(), json);
     report.status = Some(u8::try_from(status).unwrap_or(u8::MAX));
     Ok(report)
@@ -179,33 +199,27 @@ fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// An interactive login shell in the sandbox (until sessions exist).
-fn attach(
-    setup: &Host,
+/// Makes sure the default session exists (`up --no-attach`); a line saying so.
+fn ensure_default(
+    host: &Host,
     record: &airlock_core::records::SandboxRecord,
-) -> Result<i32, CommandError> {
-    use airlock_core::backend::Backend;
-    let channel = setup
-        .backend
-        .connect(record)
-        .map_err(|e| lifecycle_error(e.into()))?;
-    let key = key_of(&channel.key)?;
-    let shell = ["/bin/bash", "/bin/sh"]
-        .into_iter()
-        .find(|s| std::path::Path::new(s).exists())
-        .unwrap_or("/bin/sh");
-    let request = ExecRequest {
-        argv: vec![shell.to_owned(), "-l".to_owned()],
-        env: Default::default(),
-        cwd: record
-            .plan
-            .workspaces
-            .first()
-            .map(|w| w.sandbox.to_string_lossy().into_owned()),
-        user: ExecUser::Sandbox,
-        tty: Some(crate::stream::tty_request()),
+    plan: &AttachPlan,
+) -> Result<String, CommandError> {
+    let Some(spec) = plan.create.clone() else {
+        return Ok(String::new());
     };
-    crate::stream::run_stream(channel.stream, &key, &request, true)
+    let size = crate::terminal::window_size().unwrap_or(WindowSize { rows: 24, cols: 80 });
+    let opened = airlock_host::sessions::ensure(host, record, &plan.name, spec, size)?;
+    let state = if opened.created {
+        "started"
+    } else {
+        "already running"
+    };
+    Ok(format!(
+        "session {} {state}: {}",
+        plan.name,
+        opened.session.command.join(" ")
+    ))
 }
 
 /// Progress on stderr (PRODUCT O3): one line per phase, or one live line on a terminal that

@@ -1,0 +1,149 @@
+//! Attaching the host terminal to a session over an open stream (PRODUCT S2), shared by
+//! `attach` and `up`.
+//!
+//! Order of operations: handshake (a guest without sessions is refused) → `attach` with this
+//! terminal's size (the guest creates the session when `create` is given) → raw mode and the
+//! signal thread (SIGWINCH → resize; SIGTERM/SIGHUP/SIGINT/SIGQUIT → restore and exit) →
+//! stream until the detach key, the session's end or an error → restore the terminal → one
+//! line saying how it ended and how to come back. Everything printed by airlock goes to
+//! stderr; stdout carries only the session's own output.
+
+use std::io::{self, Write};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+
+use airlock_config::Effective;
+use airlock_core::records::SandboxRecord;
+use airlock_host::sessions;
+use airlock_protocol::{
+    AttachEnd, AttachRequest, DetachKey, Key, SessionClient, SessionSpec, SessionState, WindowSize,
+    DEFAULT_SESSION,
+};
+
+use crate::error::{CommandError, ErrorKind};
+use crate::output::escape_untrusted;
+use crate::terminal::{self, ScreenTracker, Terminal, TerminalError, Tracked};
+
+/// What to attach to and how.
+#[derive(Debug, Clone)]
+pub struct AttachPlan {
+    /// The session.
+    pub name: String,
+    /// Create it (or replace an exited one) with this when no running session has the name.
+    pub create: Option<SessionSpec>,
+    /// The detach key sequence.
+    pub detach: DetachKey,
+    /// The command that comes back, for the line printed after a detach
+    /// (e.g. `airlock attach`).
+    pub reattach: String,
+}
+
+impl AttachPlan {
+    /// The plan for session `session` of the ready sandbox `record`: the configured detach key
+    /// and, for the default session, the spec to create it with. `sandbox` is the `--name`
+    /// given, repeated in the line that says how to come back.
+    pub fn new(
+        effective: &Effective,
+        record: &SandboxRecord,
+        data_root: &Path,
+        session: &str,
+        sandbox: Option<&str>,
+    ) -> Result<AttachPlan, CommandError> {
+        let configured = &effective.detach_key.value;
+        let detach = DetachKey::from_bytes(&configured.text, &configured.bytes).map_err(|e| {
+            CommandError::new(
+                ErrorKind::Config,
+                "config.invalid",
+                format!("detach_key: {e}"),
+            )
+            .with_hint("fix detach_key in your configuration (`airlock config`)")
+        })?;
+        let create = (session == DEFAULT_SESSION).then(|| {
+            let shell = std::env::var("SHELL").ok().filter(|s| s.starts_with('/'));
+            sessions::default_spec(effective, record, data_root, terminal::term(), shell)
+        });
+        let mut reattach = "airlock attach".to_owned();
+        if session != DEFAULT_SESSION {
+            reattach.push(' ');
+            reattach.push_str(session);
+        }
+        if let Some(sandbox) = sandbox {
+            reattach.push_str(" --name ");
+            reattach.push_str(sandbox);
+        }
+        Ok(AttachPlan {
+            name: session.to_owned(),
+            create,
+            detach,
+            reattach,
+        })
+    }
+}
+
+/// Attaches the terminal; returns the exit status for the CLI: 0 after a detach, the session's
+/// own status (128+N for signal N) when it ended while attached.
+pub fn attach_terminal(
+    stream: UnixStream,
+    key: &Key,
+    plan: &AttachPlan,
+) -> Result<i32, CommandError> {
+    let size = terminal::window_size().unwrap_or(WindowSize { rows: 24, cols: 80 });
+    let attached = SessionClient::connect(stream, key)
+        .and_then(|client| {
+            client.attach(AttachRequest {
+                name: plan.name.clone(),
+                size,
+                create: plan.create.clone(),
+            })
+        })
+        .map_err(|e| session_error(e, &plan.name))?;
+    let name = escape_untrusted(&plan.name).into_owned();
+    if let Some(previous) = attached.opened().replaced {
+        eprintln!(
+            "airlock: session {name} had {}; started it again",
+            previous.describe()
+        );
+    }
+    let tracker = ScreenTracker::default();
+    let terminal = Terminal::raw(&tracker).map_err(|e| match e {
+        TerminalError::NotATerminal => CommandError::usage(e.to_string())
+            .with_hint("run it from a terminal (`up --no-attach` creates without attaching)"),
+        TerminalError::Termios(_) => CommandError::internal("attach.terminal", e.to_string()),
+    })?;
+    terminal::watch_signals(&terminal, attached.controller());
+    let mut output = Tracked {
+        inner: io::stdout(),
+        tracker,
+    };
+    let end = attached.run(Box::new(io::stdin()), &mut output, plan.detach.clone());
+    let _ = output.flush();
+    drop(terminal);
+    match end {
+        Ok(AttachEnd::Detached) => {
+            eprintln!(
+                "\r\nairlock: detached from session {name} (it keeps running); `{}` returns to it",
+                plan.reattach
+            );
+            Ok(0)
+        }
+        Ok(AttachEnd::Ended(info)) => {
+            eprintln!(
+                "\r\nairlock: session {name} {}",
+                match info.state {
+                    SessionState::Running => "ended".to_owned(),
+                    other => other.describe(),
+                }
+            );
+            Ok(match info.state {
+                SessionState::Running => 0,
+                SessionState::Exited { code } => code,
+                SessionState::Signaled { signal } => 128 + signal,
+            })
+        }
+        Err(e) => Err(session_error(e, &plan.name)),
+    }
+}
+
+fn session_error(e: airlock_protocol::SessionClientError, name: &str) -> CommandError {
+    CommandError::from(sessions::session_error(e, name))
+}

@@ -8,3 +8,4 @@ mod cli;
 mod lifecycle;
 mod network;
 mod runtime;
+mod sessions;

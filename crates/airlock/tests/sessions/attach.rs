@@ -1,0 +1,296 @@
+//! `up` and `attach` in a real terminal.
+
+use std::time::Duration;
+
+use super::tmux::{children_running, have_tmux, Tmux};
+use super::{session, sessions};
+use crate::common::{wait_until, AIRLOCK};
+use crate::lifecycle::{kill9, Project};
+
+const WAIT: Duration = Duration::from_secs(20);
+
+/// A project and a terminal `w1` (100×30) in its directory. The terminal is declared last so
+/// it closes first, before the project's `down`.
+fn world() -> (Project, Tmux) {
+    let p = Project::new();
+    let tmux = Tmux::new();
+    tmux.window("w1", &p.env, &p.dir, 100, 30);
+    (p, tmux)
+}
+
+/// Runs `"$A" ARGS` in window `w` and waits for the marker a command typed in the session
+/// prints (`echo in-session-$((6*7))` shows `in-session-42` only once the session ran it).
+fn attached(tmux: &Tmux, w: &str, args: &str) {
+    tmux.line(w, &format!("\"$A\" {args}"));
+    tmux.line(w, "echo in-session-$((6*7))");
+    assert!(tmux.wait_for(w, "in-session-42"), "{}", tmux.screen(w));
+}
+
+/// The `airlock` client running in window `w`.
+fn client_pid(tmux: &Tmux, w: &str) -> u32 {
+    let sh = tmux.pane_pid(w);
+    let mut found = Vec::new();
+    assert!(
+        wait_until(WAIT, || {
+            found = children_running(sh, AIRLOCK);
+            !found.is_empty()
+        }),
+        "no airlock process under the pane's shell {sh}"
+    );
+    found[0]
+}
+
+fn clients(p: &Project) -> Option<u64> {
+    session(p, "main").and_then(|s| s["clients"].as_u64())
+}
+
+#[test]
+fn up_ends_attached_to_the_default_session_and_keys_reach_it() {
+    if !have_tmux() {
+        return;
+    }
+    let (p, tmux) = world();
+    attached(&tmux, "w1", "up");
+    let main = session(&p, "main").expect("the default session exists");
+    assert_eq!(
+        (&main["state"], &main["clients"]),
+        (&"running".into(), &1.into())
+    );
+    // The session runs in the workspace, with the terminal's TERM.
+    tmux.line("w1", "echo \"cwd=$(pwd) term=$TERM\"");
+    let expected = format!("cwd={} term=screen", p.dir.display());
+    assert!(tmux.wait_for("w1", &expected), "{}", tmux.screen("w1"));
+}
+
+#[test]
+fn detaching_leaves_the_session_running_and_attach_redraws_a_full_screen_program() {
+    if !have_tmux() {
+        return;
+    }
+    let (p, tmux) = world();
+    let lines: String = (1..=200).map(|i| format!("page-line-{i:03}\n")).collect();
+    std::fs::write(p.dir.join("pages.txt"), lines).unwrap();
+    attached(&tmux, "w1", "up");
+    tmux.line("w1", "less pages.txt");
+    assert!(tmux.wait_for("w1", "page-line-001"));
+    tmux.key("w1", "C-]");
+    assert!(
+        tmux.wait_for("w1", "detached from session main"),
+        "{}",
+        tmux.screen("w1")
+    );
+    assert!(tmux.wait_for("w1", "host$"));
+    assert!(
+        !tmux.screen("w1").contains("page-line-001"),
+        "the host screen is back"
+    );
+    assert!(wait_until(WAIT, || clients(&p) == Some(0)));
+    assert_eq!(session(&p, "main").unwrap()["state"], "running");
+
+    tmux.line("w1", "clear; \"$A\" attach");
+    // No key typed: the redraw alone shows less's page.
+    assert!(
+        tmux.wait_for("w1", "page-line-001"),
+        "{}",
+        tmux.screen("w1")
+    );
+    tmux.key("w1", "q");
+    // Quitting less shows the shell screen the session had under it.
+    assert!(
+        tmux.wait_for("w1", "less pages.txt"),
+        "{}",
+        tmux.screen("w1")
+    );
+    assert!(!tmux.screen("w1").contains("page-line-001"));
+}
+
+#[test]
+fn a_session_survives_a_sigkilled_client() {
+    if !have_tmux() {
+        return;
+    }
+    let (p, tmux) = world();
+    attached(&tmux, "w1", "up");
+    kill9(u64::from(client_pid(&tmux, "w1")));
+    assert!(
+        wait_until(WAIT, || clients(&p) == Some(0)),
+        "{:?}",
+        sessions(&p)
+    );
+    assert_eq!(session(&p, "main").unwrap()["state"], "running");
+    tmux.window("w2", &p.env, &p.dir, 100, 30);
+    tmux.line("w2", "\"$A\" attach");
+    assert!(
+        tmux.wait_for("w2", "in-session-42"),
+        "{}",
+        tmux.screen("w2")
+    );
+}
+
+#[test]
+fn a_session_survives_a_closed_terminal() {
+    if !have_tmux() {
+        return;
+    }
+    let (p, tmux) = world();
+    attached(&tmux, "w1", "up");
+    tmux.line("w1", "echo before-close-$((1+1))");
+    assert!(tmux.wait_for("w1", "before-close-2"));
+    tmux.close("w1");
+    assert!(
+        wait_until(WAIT, || clients(&p) == Some(0)),
+        "{:?}",
+        sessions(&p)
+    );
+    assert_eq!(session(&p, "main").unwrap()["state"], "running");
+    tmux.window("w2", &p.env, &p.dir, 100, 30);
+    tmux.line("w2", "\"$A\" attach");
+    assert!(
+        tmux.wait_for("w2", "before-close-2"),
+        "{}",
+        tmux.screen("w2")
+    );
+}
+
+#[test]
+fn a_resized_terminal_resizes_the_session() {
+    if !have_tmux() {
+        return;
+    }
+    let (_p, tmux) = world();
+    attached(&tmux, "w1", "up");
+    tmux.line("w1", "clear; stty size");
+    assert!(tmux.wait_for("w1", "30 100"), "{}", tmux.screen("w1"));
+    tmux.resize("w1", 120, 40);
+    tmux.line("w1", "clear; stty size");
+    assert!(tmux.wait_for("w1", "40 120"), "{}", tmux.screen("w1"));
+}
+
+#[test]
+fn two_clients_share_a_session_and_the_smaller_window_wins() {
+    if !have_tmux() {
+        return;
+    }
+    let (p, tmux) = world();
+    attached(&tmux, "w1", "up");
+    tmux.window("w2", &p.env, &p.dir, 80, 24);
+    tmux.line("w2", "\"$A\" attach");
+    assert!(wait_until(WAIT, || clients(&p) == Some(2)));
+    tmux.line("w1", "clear; echo typed-in-w1-$((2*3)); stty size");
+    for w in ["w1", "w2"] {
+        assert!(tmux.wait_for(w, "typed-in-w1-6"), "{w}: {}", tmux.screen(w));
+        assert!(tmux.wait_for(w, "24 80"), "{w}: {}", tmux.screen(w));
+    }
+    tmux.key("w2", "C-]");
+    assert!(wait_until(WAIT, || clients(&p) == Some(1)));
+    tmux.line("w1", "clear; stty size");
+    assert!(tmux.wait_for("w1", "30 100"), "{}", tmux.screen("w1"));
+}
+
+#[test]
+fn the_terminal_is_restored_after_a_detach_and_after_sigterm() {
+    if !have_tmux() {
+        return;
+    }
+    let (p, tmux) = world();
+    let saved = p.env.root().join("stty-before");
+    tmux.line("w1", &format!("stty -g > '{}'", saved.display()));
+    attached(&tmux, "w1", "up");
+    // A program in the session turns on modes a terminal keeps: mouse reporting, bracketed
+    // paste, application cursor keys, a hidden cursor.
+    tmux.line("w1", "printf '\\033[?1000h\\033[?2004h\\033[?1h\\033[?25l'");
+    tmux.key("w1", "C-]");
+    assert!(tmux.wait_for("w1", "detached from session main"));
+    let check = format!(
+        "stty -g | cmp -s - '{}' && echo termios-restored-$((3*3))",
+        saved.display()
+    );
+    tmux.line("w1", &check);
+    assert!(
+        tmux.wait_for("w1", "termios-restored-9"),
+        "{}",
+        tmux.screen("w1")
+    );
+    let modes = tmux_modes(&tmux, "w1");
+    assert_eq!(modes, "0 0 1", "mouse reporting, cursor keys, cursor shown");
+
+    tmux.line("w1", "clear; \"$A\" attach");
+    tmux.line("w1", "echo again-$((4*4))");
+    assert!(tmux.wait_for("w1", "again-16"));
+    let pid = client_pid(&tmux, "w1");
+    assert!(std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .unwrap()
+        .success());
+    tmux.line("w1", &check.replace("$((3*3))", "$((5*5))"));
+    assert!(
+        tmux.wait_for("w1", "termios-restored-25"),
+        "{}",
+        tmux.screen("w1")
+    );
+    assert_eq!(session(&p, "main").unwrap()["state"], "running");
+}
+
+/// The pane's mouse-reporting, application-cursor and cursor-visible flags.
+fn tmux_modes(tmux: &Tmux, w: &str) -> String {
+    tmux.display(w, "#{mouse_any_flag} #{keypad_cursor_flag} #{cursor_flag}")
+}
+
+#[test]
+fn a_configured_detach_key_sequence_replaces_ctrl_right_bracket() {
+    if !have_tmux() {
+        return;
+    }
+    let p = Project::new();
+    p.env.write_user_config("detach_key = \"ctrl-p,ctrl-q\"\n");
+    let tmux = Tmux::new();
+    tmux.window("w1", &p.env, &p.dir, 100, 30);
+    attached(&tmux, "w1", "up");
+    tmux.line("w1", "cat -v");
+    // ctrl-] is an ordinary key now; ctrl-p alone too (it reaches the session once the next
+    // key shows the sequence broke off).
+    tmux.key("w1", "C-]");
+    tmux.key("w1", "C-p");
+    tmux.key("w1", "x");
+    tmux.key("w1", "Enter");
+    assert!(tmux.wait_for("w1", "^]^Px"), "{}", tmux.screen("w1"));
+    tmux.key("w1", "C-c");
+    tmux.key("w1", "C-p");
+    tmux.key("w1", "C-q");
+    assert!(
+        tmux.wait_for("w1", "detached from session main"),
+        "{}",
+        tmux.screen("w1")
+    );
+}
+
+#[test]
+fn layout_tmux_runs_agent_edit_and_shell_windows_attached_or_created() {
+    if !have_tmux() {
+        return;
+    }
+    let p = Project::new();
+    p.env.write_user_config("layout = \"tmux\"\n");
+    let tmux = Tmux::new();
+    tmux.window("w1", &p.env, &p.dir, 100, 30);
+    tmux.line("w1", "\"$A\" up");
+    for window in ["0:agent", "1:edit", "2:shell"] {
+        assert!(
+            tmux.wait_for("w1", window),
+            "{window}: {}",
+            tmux.screen("w1")
+        );
+    }
+    tmux.line("w1", "echo in-tmux-$((7*7))");
+    assert!(tmux.wait_for("w1", "in-tmux-49"), "{}", tmux.screen("w1"));
+    // Killing airlock's session leaves the tmux server; the next attach joins it again
+    // instead of creating more windows.
+    tmux.key("w1", "C-]");
+    assert!(tmux.wait_for("w1", "detached from session main"));
+    p.run(&["sessions", "kill", "main"]).assert_code(0);
+    tmux.line("w1", "clear; \"$A\" attach");
+    assert!(tmux.wait_for("w1", "in-tmux-49"), "{}", tmux.screen("w1"));
+    assert!(tmux.wait_for("w1", "2:shell"));
+    assert!(!tmux.screen("w1").contains("3:"), "{}", tmux.screen("w1"));
+}

@@ -149,7 +149,7 @@ pub fn default_spec(
         airlock_config::raw::Layout::Plain => command,
         airlock_config::raw::Layout::Tmux => {
             if let Some(shell) = host_shell {
-                env.insert("SHELL".to_owned(), shell);
+                env.insert(airlock_config::env_vars::SHELL.to_owned(), shell);
             }
             tmux_command(&command)
         }

@@ -14,8 +14,10 @@
 
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
 use std::thread;
+use std::time::Duration;
 
 use crate::detach_key::DetachKey;
 use crate::frame::FrameError;
@@ -83,10 +85,16 @@ pub enum AttachEnd {
     Ended(SessionInfo),
 }
 
-/// Sends window-size changes into an attachment. Cheap to clone.
+/// How long a detaching client waits for the guest's `detached` before it leaves anyway.
+pub const DETACH_WAIT: Duration = Duration::from_secs(2);
+
+/// Sends window-size changes into an attachment, and detaches. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct SessionController {
     writer: Arc<Mutex<UnixStream>>,
+    /// The same socket, for what needs no lock (a half-close, a read timeout).
+    socket: Arc<UnixStream>,
+    detaching: Arc<AtomicBool>,
 }
 
 impl SessionController {
@@ -103,9 +111,28 @@ impl SessionController {
         self.send(&Packet::Control(Message::Resize(size)))
     }
 
-    /// Leaves the session running and ends the attachment.
-    pub fn detach(&self) -> Result<(), PacketError> {
-        self.send(&Packet::Control(Message::Session(SessionMessage::Detach)))
+    /// Leaves the session running and ends the attachment. Never blocks: keys still on their
+    /// way to a session that does not read them must not hold the detach back. `detach` goes
+    /// out when the stream is free, then the stream is half-closed (which the guest also takes
+    /// as a detach), and the attachment waits at most [`DETACH_WAIT`] for the answer.
+    pub fn detach(&self) {
+        self.detaching.store(true, Ordering::SeqCst);
+        if let Ok(mut writer) = self.writer.try_lock() {
+            let detach = Packet::Control(Message::Session(SessionMessage::Detach));
+            let _ = write_packet(&mut *writer, &detach);
+        }
+        // Also fails a write of keys blocked on a session that does not read them (EPIPE).
+        let _ = self.socket.shutdown(std::net::Shutdown::Write);
+        let socket = Arc::clone(&self.socket);
+        thread::spawn(move || {
+            thread::sleep(DETACH_WAIT);
+            // Ends a read still waiting for the answer: the attachment returns `Detached`.
+            let _ = socket.shutdown(std::net::Shutdown::Read);
+        });
+    }
+
+    fn detaching(&self) -> bool {
+        self.detaching.load(Ordering::SeqCst)
     }
 }
 
@@ -181,11 +208,14 @@ impl SessionClient {
             SessionMessage::Opened(opened) => opened,
             other => return Err(unexpected_session(&other)),
         };
-        let writer = self.stream.try_clone().map_err(SessionClientError::Clone)?;
+        let clone = || self.stream.try_clone().map_err(SessionClientError::Clone);
+        let (writer, socket) = (clone()?, clone()?);
         Ok(Attached {
             reader: self.stream,
             controller: SessionController {
                 writer: Arc::new(Mutex::new(writer)),
+                socket: Arc::new(socket),
+                detaching: Arc::new(AtomicBool::new(false)),
             },
             opened,
         })
@@ -227,7 +257,15 @@ impl Attached {
 
     fn receive(&mut self, output: &mut dyn Write) -> Result<AttachEnd, SessionClientError> {
         loop {
-            match next_packet(&mut self.reader)? {
+            let packet = match next_packet(&mut self.reader) {
+                Ok(packet) => packet,
+                // Detaching: a guest that closes, or does not answer in time, changes nothing.
+                Err(SessionClientError::Closed) if self.controller.detaching() => {
+                    return Ok(AttachEnd::Detached)
+                }
+                Err(err) => return Err(err),
+            };
+            match packet {
                 Packet::Stdout(data) => output
                     .write_all(&data)
                     .and_then(|()| output.flush())
@@ -275,8 +313,21 @@ fn unexpected_session(message: &SessionMessage) -> SessionClientError {
     }
 }
 
-/// Copies input into `stdin` frames up to the detach key; the end of input detaches too.
+/// Reads input up to the detach key (the end of input detaches too). Keys go to the stream
+/// through a sender thread, so reading (and so seeing the detach key) never waits for a
+/// session that does not read its input; what waits is held in memory until the detach.
 fn pump_input(mut input: Box<dyn Read + Send>, controller: &SessionController, key: DetachKey) {
+    let (keys, pending) = mpsc::channel::<Vec<u8>>();
+    let (sent, all_sent) = mpsc::channel::<()>();
+    let sender = controller.clone();
+    thread::spawn(move || {
+        for chunk in pending {
+            if sender.send(&Packet::Stdin(chunk)).is_err() {
+                return;
+            }
+        }
+        let _ = sent.send(());
+    });
     let mut buf = vec![0u8; 16 * 1024];
     let mut scanner = key.scanner();
     loop {
@@ -287,14 +338,17 @@ fn pump_input(mut input: Box<dyn Read + Send>, controller: &SessionController, k
             Err(_) => break,
         };
         let scan = scanner.feed(&buf[..n]);
-        if !scan.forward.is_empty() && controller.send(&Packet::Stdin(scan.forward)).is_err() {
+        if !scan.forward.is_empty() && keys.send(scan.forward).is_err() {
             return;
         }
         if scan.detach {
             break;
         }
     }
-    let _ignored = controller.detach();
+    // The keys typed before the detach key go first, unless the session does not take them.
+    drop(keys);
+    let _ = all_sent.recv_timeout(DETACH_WAIT);
+    controller.detach();
 }
 
 #[cfg(test)]

@@ -59,7 +59,9 @@ impl AttachPlan {
             .with_hint("fix detach_key in your configuration (`airlock config`)")
         })?;
         let create = (session == DEFAULT_SESSION).then(|| {
-            let shell = std::env::var("SHELL").ok().filter(|s| s.starts_with('/'));
+            let shell = std::env::var(airlock_config::env_vars::SHELL)
+                .ok()
+                .filter(|s| s.starts_with('/'));
             sessions::default_spec(effective, record, data_root, terminal::term(), shell)
         });
         let mut reattach = "airlock attach".to_owned();

@@ -44,7 +44,7 @@ pub fn window_size() -> Option<WindowSize> {
 
 /// `TERM` for a session, as the host terminal is.
 pub fn term() -> String {
-    std::env::var("TERM")
+    std::env::var(airlock_config::env_vars::TERM)
         .ok()
         .filter(|t| !t.is_empty())
         .unwrap_or_else(|| "xterm-256color".to_owned())

@@ -268,8 +268,9 @@ fn read_client(stream: &mut UnixStream, session: &Session, id: u64) {
             Ok(Some(Packet::Control(Message::Session(SessionMessage::Detach)))) => {
                 Some(Outgoing::Detached)
             }
-            // Gone (killed, terminal closed) or we closed it after `ended`: a detach.
-            Ok(None) => None,
+            // A half-closed client (detaching), one that is gone (killed, terminal closed),
+            // or our own close after `ended`: a detach.
+            Ok(None) => Some(Outgoing::Detached),
             Err(err) => Some(Outgoing::Error(RemoteError::new(
                 ErrorCode::BadRequest,
                 err.to_string(),

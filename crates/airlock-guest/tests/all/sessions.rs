@@ -356,3 +356,28 @@ fn a_version_1_peer_cannot_send_session_requests() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn the_detach_key_works_while_the_session_does_not_read_its_input() {
+    let guest = Guest::start();
+    let stalled = spec(&["sh", "-c", "stty raw -echo; echo stalled; exec sleep 60"]);
+    let client = Client::attach(&guest, "main", Some(stalled), size(24, 80));
+    assert!(client.output.wait_for("stalled"));
+    // Far more than the PTY and every queue on the way hold: the pipeline to the session stalls.
+    let flood = "x".repeat(4 << 20);
+    let keys = client.keys.try_clone().unwrap();
+    let writer = thread::spawn(move || {
+        let mut keys = keys;
+        let _ = keys.write_all(flood.as_bytes());
+        let _ = keys.write_all(b"\x1d");
+    });
+    let (done, ended) = std::sync::mpsc::channel();
+    let run = client.run;
+    thread::spawn(move || done.send(run.join().unwrap()));
+    let end = ended
+        .recv_timeout(Duration::from_secs(30))
+        .expect("ctrl-] did not detach while the session's input was stalled");
+    assert_eq!(end.unwrap(), AttachEnd::Detached);
+    let _ = writer.join();
+    assert_eq!(info(&guest, "main").unwrap().state, SessionState::Running);
+}

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use airlock_core::lifecycle::{self, Observer, UpRequest};
-use airlock_protocol::{WindowSize, DEFAULT_SESSION};
+use airlock_protocol::{Opened, WindowSize, DEFAULT_SESSION};
 use clap::Args;
 use nix::sys::signal::{SigSet, Signal};
 
@@ -127,8 +127,11 @@ pub fn run(args: UpArgs, ctx: &Context) -> Result<Report, CommandError> {
             doc.text(0, &[(Style::Plain, line)]);
         }
         let session = ensure_default(&setup, &outcome.record, &plan);
-        if let Ok(line) = &session {
+        let mut json = json;
+        if let Ok((line, opened)) = &session {
             doc.text(0, &[(Style::Plain, line)]);
+            json["session"] = crate::session_view::json(&opened.session);
+            json["session"]["created"] = opened.created.into();
         }
         let mut report = Report::new(doc, json);
         report.notes = notes;
@@ -204,9 +207,12 @@ fn ensure_default(
     host: &Host,
     record: &airlock_core::records::SandboxRecord,
     plan: &AttachPlan,
-) -> Result<String, CommandError> {
+) -> Result<(String, Opened), CommandError> {
     let Some(spec) = plan.create.clone() else {
-        return Ok(String::new());
+        return Err(CommandError::internal(
+            "session.default",
+            "the default session has no spec",
+        ));
     };
     let size = crate::terminal::window_size().unwrap_or(WindowSize { rows: 24, cols: 80 });
     let opened = airlock_host::sessions::ensure(host, record, &plan.name, spec, size)?;
@@ -215,11 +221,12 @@ fn ensure_default(
     } else {
         "already running"
     };
-    Ok(format!(
+    let line = format!(
         "session {} {state}: {}",
         plan.name,
         opened.session.command.join(" ")
-    ))
+    );
+    Ok((line, opened))
 }
 
 /// Progress on stderr (PRODUCT O3): one line per phase, or one live line on a terminal that

@@ -294,3 +294,28 @@ fn layout_tmux_runs_agent_edit_and_shell_windows_attached_or_created() {
     assert!(tmux.wait_for("w1", "2:shell"));
     assert!(!tmux.screen("w1").contains("3:"), "{}", tmux.screen("w1"));
 }
+
+#[test]
+fn a_sandbox_stopped_under_an_attached_client_ends_it_with_the_terminal_restored() {
+    if !have_tmux() {
+        return;
+    }
+    let (p, tmux) = world();
+    let saved = p.env.root().join("stty-before");
+    tmux.line("w1", &format!("stty -g > '{}'", saved.display()));
+    attached(&tmux, "w1", "up");
+    p.run(&["down"]).assert_code(0);
+    assert!(
+        tmux.wait_for("w1", "session.closed"),
+        "{}",
+        tmux.screen("w1")
+    );
+    tmux.line(
+        "w1",
+        &format!(
+            "stty -g | cmp -s - '{}' && echo restored-$((8*8))",
+            saved.display()
+        ),
+    );
+    assert!(tmux.wait_for("w1", "restored-64"), "{}", tmux.screen("w1"));
+}

@@ -35,9 +35,14 @@ fn bad_session_names_are_usage_errors_before_anything_is_touched() {
 #[test]
 fn up_no_attach_ensures_the_default_session_and_sessions_kill_removes_it() {
     let p = Project::new();
-    let up = p.run(&["up", "--no-attach"]);
+    let up = p.run(&["up", "--no-attach", "--json"]);
     up.assert_code(0);
-    assert!(up.stdout.contains("session main started"), "{}", up.stdout);
+    let doc = up.json();
+    assert_eq!(
+        (&doc["session"]["name"], &doc["session"]["created"]),
+        (&"main".into(), &true.into()),
+        "{doc}"
+    );
     let main = session(&p, "main").expect("up --no-attach made the default session");
     assert_eq!(
         (&main["state"], &main["clients"]),

@@ -255,4 +255,26 @@ mod tests {
         assert_eq!(argv[4..], ["agent", "--flag=$(rm -rf ~)"]);
         assert!(!argv[2].contains("rm -rf"));
     }
+
+    #[test]
+    fn the_tmux_layout_without_tmux_in_the_image_says_so_and_exits_127() {
+        let SessionCommand::Argv { argv } = tmux_command(&SessionCommand::LoginShell {
+            preferred: None,
+        }) else {
+            panic!("tmux layout is an argv")
+        };
+        let empty = tempfile::tempdir().unwrap();
+        let out = std::process::Command::new(&argv[0])
+            .args(&argv[1..])
+            .env_clear()
+            .env("PATH", empty.path())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(127), "{stderr}");
+        assert!(
+            stderr.contains("layout = \"tmux\" needs tmux in the sandbox image"),
+            "{stderr}"
+        );
+    }
 }

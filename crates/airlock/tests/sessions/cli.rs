@@ -90,3 +90,34 @@ fn sessions_of_a_sandbox_that_is_not_up_say_so() {
     run.assert_code(1);
     assert!(run.stderr.contains("not ready"), "{}", run.stderr);
 }
+
+#[test]
+fn an_unprivileged_user_gets_a_default_session_running_as_themselves() {
+    let Some((uid, _)) = crate::common::test_user() else {
+        return crate::common::skip_without_test_user();
+    };
+    let p = Project::new();
+    let run = |args: &[&str]| p.env.run_as_test_user_in(&p.dir, args).expect("test user");
+    struct Down<'a>(&'a Project);
+    impl Drop for Down<'_> {
+        fn drop(&mut self) {
+            let _ = self.0.env.run_as_test_user_in(&self.0.dir, &["down"]);
+        }
+    }
+    let _down = Down(&p);
+    run(&["up", "--no-attach"]).assert_code(0);
+    let list = run(&["sessions", "--json"]);
+    list.assert_code(0);
+    let main = list.json()["sessions"][0].clone();
+    assert_eq!(
+        (&main["name"], &main["state"]),
+        (&"main".into(), &"running".into()),
+        "{main}"
+    );
+    // The session's shell is the sandbox user, which for an unprivileged invoker is its uid.
+    let pid = main["pid"].as_u64().unwrap();
+    let owner = run(&["exec", "--", "stat", "-c", "%u", &format!("/proc/{pid}")]);
+    owner.assert_code(0);
+    assert_eq!(owner.stdout.trim(), uid.to_string(), "{}", owner.stderr);
+    run(&["sessions", "kill", "main"]).assert_code(0);
+}

@@ -258,9 +258,9 @@ mod tests {
 
     #[test]
     fn the_tmux_layout_without_tmux_in_the_image_says_so_and_exits_127() {
-        let SessionCommand::Argv { argv } = tmux_command(&SessionCommand::LoginShell {
-            preferred: None,
-        }) else {
+        let SessionCommand::Argv { argv } =
+            tmux_command(&SessionCommand::LoginShell { preferred: None })
+        else {
             panic!("tmux layout is an argv")
         };
         let empty = tempfile::tempdir().unwrap();

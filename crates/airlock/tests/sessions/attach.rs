@@ -5,7 +5,7 @@ use std::time::Duration;
 use super::tmux::{children_running, have_tmux, Tmux};
 use super::{session, sessions};
 use crate::common::{wait_until, AIRLOCK};
-use crate::lifecycle::{kill9, Project};
+use crate::lifecycle::{alive, kill9, Project};
 
 const WAIT: Duration = Duration::from_secs(20);
 
@@ -157,11 +157,19 @@ fn a_resized_terminal_resizes_the_session() {
     if !have_tmux() {
         return;
     }
-    let (_p, tmux) = world();
+    let (p, tmux) = world();
     attached(&tmux, "w1", "up");
     tmux.line("w1", "clear; stty size");
     assert!(tmux.wait_for("w1", "30 100"), "{}", tmux.screen("w1"));
     tmux.resize("w1", 120, 40);
+    // SIGWINCH → resize message → the session's PTY: asked only once it arrived.
+    let size = |p: &Project| session(p, "main").map(|s| s["size"].clone());
+    let wanted = serde_json::json!({ "rows": 40, "cols": 120 });
+    assert!(
+        wait_until(WAIT, || size(&p).as_ref() == Some(&wanted)),
+        "{:?}",
+        size(&p)
+    );
     tmux.line("w1", "clear; stty size");
     assert!(tmux.wait_for("w1", "40 120"), "{}", tmux.screen("w1"));
 }
@@ -223,6 +231,11 @@ fn the_terminal_is_restored_after_a_detach_and_after_sigterm() {
         .status()
         .unwrap()
         .success());
+    // Typed before the client is gone, the check would go to the session.
+    assert!(
+        wait_until(WAIT, || !alive(u64::from(pid))),
+        "attach outlived SIGTERM"
+    );
     tmux.line("w1", &check.replace("$((3*3))", "$((5*5))"));
     assert!(
         tmux.wait_for("w1", "termios-restored-25"),

@@ -49,15 +49,7 @@ impl AttachPlan {
         session: &str,
         sandbox: Option<&str>,
     ) -> Result<AttachPlan, CommandError> {
-        let configured = &effective.detach_key.value;
-        let detach = DetachKey::from_bytes(&configured.text, &configured.bytes).map_err(|e| {
-            CommandError::new(
-                ErrorKind::Config,
-                "config.invalid",
-                format!("detach_key: {e}"),
-            )
-            .with_hint("fix detach_key in your configuration (`airlock config`)")
-        })?;
+        let detach = detach_key(effective)?;
         let create = (session == DEFAULT_SESSION).then(|| {
             let shell = std::env::var(airlock_config::env_vars::SHELL)
                 .ok()
@@ -80,6 +72,20 @@ impl AttachPlan {
             reattach,
         })
     }
+}
+
+/// The configured detach key sequence; a configuration error (exit 2) for one that would take
+/// a key typing needs. `up` and `attach` check it before any side effect (L2).
+pub fn detach_key(effective: &Effective) -> Result<DetachKey, CommandError> {
+    let configured = &effective.detach_key.value;
+    DetachKey::from_bytes(&configured.text, &configured.bytes).map_err(|e| {
+        CommandError::new(
+            ErrorKind::Config,
+            "config.invalid",
+            format!("detach_key: {e}"),
+        )
+        .with_hint("fix detach_key in your configuration (`airlock config`)")
+    })
 }
 
 /// Attaches the terminal; returns the exit status for the CLI: 0 after a detach, the session's

@@ -45,6 +45,7 @@ pub fn run(args: AttachArgs, ctx: &Context) -> Result<Report, CommandError> {
     let roots = ctx.roots()?;
     let mut notes = Vec::new();
     let effective = load_effective(&roots, project, None, &mut notes)?;
+    crate::attach::detach_key(&effective)?;
     let host = setup(ctx, false)?;
     let record = ready_record(&host, &name)?;
     let plan = AttachPlan::new(

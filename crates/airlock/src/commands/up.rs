@@ -72,6 +72,7 @@ pub fn run(args: UpArgs, ctx: &Context) -> Result<Report, CommandError> {
     let roots = ctx.roots()?;
     let mut notes = Vec::new();
     let effective = load_effective(&roots, Some(project.clone()), args.memory_mb, &mut notes)?;
+    crate::attach::detach_key(&effective)?;
     let mut spec = airlock_host::run::build_spec(&effective, false)?;
     airlock_host::egress::attach(&mut spec, &effective.network, &roots.data)?;
     let plan = plan_summary(&spec);

@@ -19,6 +19,22 @@ fn attach_without_a_terminal_fails_before_any_side_effect_naming_no_attach() {
 }
 
 #[test]
+fn a_detach_key_typing_needs_is_a_config_error_before_up_starts_anything() {
+    let p = Project::new();
+    p.env.write_user_config("detach_key = \"ctrl-m\"\n");
+    let before = p.env.snapshot();
+    let run = p.run(&["up", "--no-attach"]);
+    run.assert_code(2);
+    assert!(
+        run.stderr.contains("detach_key") && run.stderr.contains("Enter"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(before.diff(&p.env.snapshot()), Vec::<String>::new());
+    assert_eq!(p.status()["health"], "absent");
+}
+
+#[test]
 fn bad_session_names_are_usage_errors_before_anything_is_touched() {
     let p = Project::new();
     let before = p.env.snapshot();

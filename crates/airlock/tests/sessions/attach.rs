@@ -332,3 +332,26 @@ fn a_sandbox_stopped_under_an_attached_client_ends_it_with_the_terminal_restored
     );
     assert!(tmux.wait_for("w1", "restored-64"), "{}", tmux.screen("w1"));
 }
+
+#[test]
+fn a_second_up_reattaches_to_the_same_session_with_its_screen() {
+    if !have_tmux() {
+        return;
+    }
+    let (p, tmux) = world();
+    attached(&tmux, "w1", "up");
+    let pid = session(&p, "main").unwrap()["pid"].clone();
+    tmux.key("w1", "C-]");
+    assert!(tmux.wait_for("w1", "detached from session main"));
+    tmux.line("w1", "clear; \"$A\" up");
+    assert!(
+        tmux.wait_for("w1", "in-session-42"),
+        "{}",
+        tmux.screen("w1")
+    );
+    assert_eq!(
+        session(&p, "main").unwrap()["pid"],
+        pid,
+        "the same shell, not a fresh one"
+    );
+}

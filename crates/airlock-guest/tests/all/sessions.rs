@@ -381,3 +381,45 @@ fn the_detach_key_works_while_the_session_does_not_read_its_input() {
     let _ = writer.join();
     assert_eq!(info(&guest, "main").unwrap().state, SessionState::Running);
 }
+
+#[test]
+fn a_client_that_stops_reading_is_cut_off_and_the_session_goes_on_for_the_others() {
+    let guest = Guest::start();
+    let chatty = spec(&[
+        "sh",
+        "-c",
+        "while :; do echo 0123456789abcdefghijklmnopqrstuvwxyz; done",
+    ]);
+    let reader = Client::attach(&guest, "main", Some(chatty), size(24, 80));
+    // A client that attaches and then never reads a byte.
+    let mut stuck = guest.stream();
+    host_handshake(&mut stuck, &guest.key, VersionRange::CURRENT).unwrap();
+    let attach = SessionMessage::Attach(AttachRequest {
+        name: "main".into(),
+        size: size(24, 80),
+        create: None,
+    });
+    write_packet(&mut stuck, &Packet::Control(Message::Session(attach))).unwrap();
+    assert!(wait_until(
+        || info(&guest, "main").is_some_and(|s| s.clients == 2)
+    ));
+    // Cut off once it held the output back too long (5 s) or a write to it blocked (10 s).
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(20) {
+        if info(&guest, "main").is_some_and(|s| s.clients == 1) {
+            break;
+        }
+        thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(
+        info(&guest, "main").unwrap().clients,
+        1,
+        "the stuck client is still attached"
+    );
+    // The reading client still gets fresh output.
+    let before = reader.output.0.lock().unwrap().len();
+    assert!(wait_until(
+        || reader.output.0.lock().unwrap().len() > before + 4096
+    ));
+    drop(stuck);
+}

@@ -28,6 +28,7 @@ use std::io::Write;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -204,6 +205,11 @@ impl Sandbox {
             .map_err(|e| io("pipe")(e.into()))?;
 
         let mut cmd = Command::new(&opts.exe);
+        // Its own process group (set in the child before exec, so no window): a Ctrl+C on the
+        // terminal signals the whole foreground group, and the init stage (default SIGINT
+        // action) dying of it would kill PID 1 through PDEATHSIG before airlock forwards the
+        // signal to the command. Airlock alone decides what the sandbox gets.
+        cmd.process_group(0);
         cmd.arg(INIT_VERB)
             .env_clear()
             .stdin(Stdio::null())

@@ -17,3 +17,4 @@ mod isolation;
 mod lifecycle;
 mod markers;
 mod protect;
+mod run_end;

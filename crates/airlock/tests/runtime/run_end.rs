@@ -1,0 +1,62 @@
+//! How a `run` ends: Ctrl+C on the terminal gives 130 every time, and a finished run leaves no
+//! state directory behind (L9).
+
+use std::io::BufRead;
+use std::os::unix::process::CommandExt as _;
+use std::process::Stdio;
+
+use super::harness::ok;
+#[allow(unused_imports)]
+use super::harness::Rt;
+
+both! {
+    /// Ctrl+C on a terminal signals the whole foreground process group, not only airlock: the
+    /// sandbox's own processes must not die of it before airlock forwards it to the command,
+    /// or the stream closes early and `run` reports an internal error (70) instead of the
+    /// command's 130. Driven several times, since the two orders raced.
+    fn ctrl_c_on_the_terminal_during_run_exits_130_every_time(rt) {
+        for attempt in 0..6 {
+            let mut child = rt
+                .command(&rt.project, &["run", "--", "sh", "-c", "echo up; exec sleep 100"])
+                .process_group(0)
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn airlock");
+            let mut line = String::new();
+            std::io::BufReader::new(child.stdout.take().expect("stdout pipe"))
+                .read_line(&mut line)
+                .expect("read the first line");
+            assert_eq!(line, "up\n");
+            // What the terminal does on Ctrl+C: SIGINT to every process of the group.
+            let group = format!("-{}", child.id());
+            let st = std::process::Command::new("kill")
+                .args(["-INT", "--", &group])
+                .status()
+                .unwrap();
+            assert!(st.success());
+            let out = child.wait_with_output().unwrap();
+            assert_eq!(
+                out.status.code(),
+                Some(130),
+                "attempt {attempt}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+}
+
+both! {
+    /// L9: a finished run removes its own state directory (`<state>/runs/<id>`), whether the
+    /// command succeeded or failed; nothing waits for `clean`.
+    fn a_finished_run_removes_its_state_directory(rt) {
+        ok(&rt.sh(&[], "true"));
+        rt.sh(&[], "exit 5").assert_code(5);
+        let runs = rt.env.state_home().join("airlock/runs");
+        let left: Vec<_> = std::fs::read_dir(&runs)
+            .map(|d| d.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default();
+        assert!(left.is_empty(), "run state left behind: {left:?}");
+    }
+}

@@ -1,12 +1,15 @@
-//! State that `airlock run` leaves under `<state>/runs/<id>/` (the ephemeral sandbox's audit
-//! log, N7), and its ownership-checked removal (PRODUCT L9, R2).
+//! State that `airlock run` keeps under `<state>/runs/<id>/` while it runs (the ephemeral
+//! sandbox's audit log, N7), what it keeps after it ends, and the ownership-checked removal of
+//! the directories of runs that were killed (PRODUCT L9, R2).
 //!
-//! Lifetime (decided): the directory outlives its run. Unlike a container started with
-//! `docker run --rm`, whose logs go with it, an ephemeral sandbox has no record that `policy
-//! log` could show later, so the audit log file is the only account of what the run's
-//! sandbox reached; deleting it the moment the run exits would leave nothing to review. It is
-//! removed by the next stale cleanup instead: `clean`, and every mutating lifecycle command
-//! (`up`, `down`), which run this sweep on the way in (L9).
+//! Lifetime (decided): a finished run removes its own state directory ([`retire`]), whether
+//! its command succeeded or failed. The audit log is the only account of what an ephemeral
+//! sandbox reached, so when the run audited anything it is not deleted but moved to
+//! `<state>/run-logs/<id>/` (a rename on the same filesystem), a bounded directory holding the
+//! logs of the newest [`KEPT_RUN_LOGS`] runs; older ones are pruned by the run that adds one.
+//! A run whose proxy audited nothing leaves nothing. A run that is killed before it can retire
+//! leaves its directory; the next stale cleanup removes it ([`sweep`]: `clean`, and every
+//! mutating lifecycle command, L9).
 //!
 //! Ownership: `run` creates the directory (0700) and, before anything else is written to it,
 //! its owner marker [`OWNER_MARKER`]: the run process's identity (pid, kernel start time,
@@ -60,6 +63,74 @@ pub fn create_run_dir(runs: &Path, id: &str) -> Result<PathBuf, HostError> {
         .and_then(|mut f| f.write_all(&text))
         .map_err(|e| fail("write", &marker, &e))?;
     Ok(dir)
+}
+
+/// How many finished runs' audit logs `<state>/run-logs` keeps.
+pub const KEPT_RUN_LOGS: usize = 20;
+
+/// `<state>/run-logs`.
+pub fn run_logs_root(state_root: &Path) -> PathBuf {
+    state_root.join("run-logs")
+}
+
+/// Ends this process's own run directory `dir` (created by [`create_run_dir`]): moves it to
+/// `logs/<id>` when it holds a non-empty audit log (and prunes `logs` to the newest
+/// [`KEPT_RUN_LOGS`]), removes it otherwise. `logs` is a private root the caller created.
+/// Returns where the log was kept.
+pub fn retire(dir: &Path, logs: &Path) -> Result<Option<PathBuf>, HostError> {
+    let fail = |what: &str, path: &Path, e: &dyn std::fmt::Display| {
+        HostError::internal(
+            "run.state",
+            format!("cannot {what} {}: {e}", path.display()),
+        )
+        .with_hint("check the permissions of airlock's state directory")
+    };
+    if !audited_anything(dir) {
+        return fs::remove_dir_all(dir)
+            .map(|()| None)
+            .map_err(|e| fail("remove", dir, &e));
+    }
+    let Some(id) = dir.file_name() else {
+        return Err(fail("name", dir, &"no file name"));
+    };
+    let kept = logs.join(id);
+    fs::remove_file(dir.join(OWNER_MARKER)).map_err(|e| fail("unmark", dir, &e))?;
+    fs::rename(dir, &kept).map_err(|e| fail("keep the audit log of", dir, &e))?;
+    prune(logs, KEPT_RUN_LOGS);
+    Ok(Some(kept))
+}
+
+/// Whether any audit file in `dir` (the log or a rotated one) holds a byte.
+fn audited_anything(dir: &Path) -> bool {
+    fs::read_dir(dir).into_iter().flatten().flatten().any(|e| {
+        e.file_name()
+            .to_string_lossy()
+            .starts_with(crate::paths::AUDIT_LOG_FILE)
+            && e.metadata().is_ok_and(|m| m.is_file() && m.len() > 0)
+    })
+}
+
+/// Keeps the `keep` most recently modified directories of `logs`; removes the others. Only
+/// real directories of this user are considered (a link is never followed or removed).
+fn prune(logs: &Path, keep: usize) {
+    let me = rustix::process::geteuid().as_raw();
+    let mut dirs: Vec<(std::time::SystemTime, PathBuf)> = fs::read_dir(logs)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let m = fs::symlink_metadata(e.path()).ok()?;
+            (m.is_dir() && m.uid() == me).then_some((m.modified().ok()?, e.path()))
+        })
+        .collect();
+    if dirs.len() <= keep {
+        return;
+    }
+    dirs.sort();
+    let excess = dirs.len() - keep;
+    for (_, old) in dirs.into_iter().take(excess) {
+        let _ = fs::remove_dir_all(old);
+    }
 }
 
 /// One removed run directory.
@@ -236,6 +307,39 @@ mod tests {
                 runs.join("link").as_path()
             ]
         );
+    }
+
+    #[test]
+    fn a_retired_run_keeps_only_a_non_empty_audit_log_and_at_most_the_newest_logs() {
+        let state = tempfile::tempdir().unwrap();
+        let runs = runs_root(state.path());
+        let logs = run_logs_root(state.path());
+        fs::create_dir(&runs).unwrap();
+        fs::create_dir(&logs).unwrap();
+        let quiet = create_run_dir(&runs, "quiet").unwrap();
+        fs::write(quiet.join("audit.jsonl"), b"").unwrap();
+        assert_eq!(retire(&quiet, &logs).unwrap(), None);
+        assert!(!quiet.exists());
+        for i in 0..KEPT_RUN_LOGS + 3 {
+            let dir = create_run_dir(&runs, &format!("r{i:02}")).unwrap();
+            fs::write(dir.join("audit.jsonl"), b"{}\n").unwrap();
+            let kept = retire(&dir, &logs).unwrap().expect("kept");
+            assert!(!dir.exists());
+            assert!(kept.join("audit.jsonl").exists());
+            assert!(!kept.join(OWNER_MARKER).exists());
+            // Distinct modification times, oldest first.
+            let t =
+                std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1000 + i as u64);
+            fs::File::open(&kept).unwrap().set_modified(t).unwrap();
+        }
+        let mut left: Vec<String> = fs::read_dir(&logs)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left.len(), KEPT_RUN_LOGS, "{left:?}");
+        assert_eq!(left[0], "r03", "the oldest logs go first: {left:?}");
+        assert_eq!(fs::read_dir(&runs).unwrap().count(), 0);
     }
 
     #[test]

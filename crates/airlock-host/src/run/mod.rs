@@ -33,6 +33,7 @@ pub struct EphemeralRun {
     sandbox: Sandbox,
     egress: RunEgress,
     cgroup: limits::RunCgroup,
+    warn: limits::Warn,
 }
 
 impl EphemeralRun {
@@ -53,7 +54,7 @@ impl EphemeralRun {
         };
         // Runtime directories of runs whose airlock was killed (L9: ownership-checked cleanup).
         airlock_linux::host::sweep_stale(&opts.sandboxes_dir);
-        let egress = start_egress(roots, project_root, spec)?;
+        let egress = start_egress(roots, project_root, spec, warn)?;
         phases.done("egress");
         let mut cgroup = limits::prepare(spec, warn)?;
         phases.done("cgroup");
@@ -78,6 +79,7 @@ impl EphemeralRun {
             sandbox,
             egress,
             cgroup,
+            warn,
         })
     }
 
@@ -93,29 +95,38 @@ impl EphemeralRun {
 
     /// Destroys the sandbox and its cgroup and stops the proxy. CMD is done: the proxy's exit
     /// (a multi-threaded process tearing down) overlaps the sandbox's destruction; it is reaped
-    /// and its directory removed last. A sandbox that did not die cleanly is the error, for a
-    /// warning: everything else was still torn down.
+    /// and its directory removed last, then the run's state directory is retired (its audit
+    /// log kept in `<state>/run-logs` when it holds anything, see `lifecycle::runs`). A sandbox
+    /// that did not die cleanly is the error, for a warning: everything else was still torn
+    /// down.
     pub fn finish(self, phases: &mut Phases) -> Result<(), StartError> {
         let Self {
             sandbox,
             mut egress,
             mut cgroup,
+            warn,
         } = self;
         egress.begin_stop();
         let destroyed = sandbox.destroy(Duration::from_secs(2));
         phases.done("destroy");
         cgroup.destroy();
         phases.done("cgroup-remove");
-        egress.stop();
+        if let Err(e) = egress.stop() {
+            warn(&e.to_string());
+        }
         phases.done("egress-stop");
         destroyed
     }
 }
 
-/// The ephemeral sandbox's egress proxy (N1), stopped and its directory removed on drop.
+/// The ephemeral sandbox's egress proxy (N1), stopped and its directory removed on drop; the
+/// run's state directory (its audit log) is retired after the proxy is gone.
 struct RunEgress {
     dir: std::path::PathBuf,
     proxy: Option<crate::egress::supervisor::ProxySupervisor>,
+    /// `<state>/runs/<id>` and `<state>/run-logs`, until retired.
+    state: Option<(PathBuf, PathBuf)>,
+    warn: limits::Warn,
 }
 
 impl RunEgress {
@@ -134,8 +145,24 @@ impl RunEgress {
         }
     }
 
-    /// Reaps the proxy and removes the egress directory.
-    fn stop(self) {}
+    /// Reaps the proxy, removes the egress directory and retires the run's state directory.
+    fn stop(mut self) -> Result<(), HostError> {
+        self.end_proxy();
+        self.retire_state()
+    }
+
+    fn end_proxy(&mut self) {
+        drop(self.proxy.take());
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+
+    /// After the proxy is reaped (it wrote the audit log until then).
+    fn retire_state(&mut self) -> Result<(), HostError> {
+        match self.state.take() {
+            Some((run_dir, logs)) => crate::lifecycle::runs::retire(&run_dir, &logs).map(drop),
+            None => Ok(()),
+        }
+    }
 }
 
 fn egress_error(e: crate::egress::supervisor::SupervisorError) -> HostError {
@@ -145,8 +172,10 @@ fn egress_error(e: crate::egress::supervisor::SupervisorError) -> HostError {
 
 impl Drop for RunEgress {
     fn drop(&mut self) {
-        drop(self.proxy.take());
-        let _ = std::fs::remove_dir_all(&self.dir);
+        self.end_proxy();
+        if let Err(e) = self.retire_state() {
+            (self.warn)(&e.to_string());
+        }
     }
 }
 
@@ -154,11 +183,12 @@ impl Drop for RunEgress {
 /// time, so a run killed before its cleanup leaves a directory the next run's sweep proves stale
 /// and removes) and in it `relay/`, the egress directory bound into the sandbox; starts the
 /// proxy child. The audit log goes to `<state>/runs/<id>/audit.jsonl`, whose directory carries
-/// its own owner marker and outlives the run until the next `clean` (see `lifecycle::runs`).
+/// its own owner marker; the run retires it when it ends (see `lifecycle::runs`).
 fn start_egress(
     roots: &Roots,
     project_root: Option<PathBuf>,
     spec: &mut SandboxSpec,
+    warn: limits::Warn,
 ) -> Result<RunEgress, HostError> {
     use crate::egress::{materialize, supervisor::ProxySupervisor};
     use crate::wire::EgressStart;
@@ -174,6 +204,8 @@ fn start_egress(
     let mut guard = RunEgress {
         dir: outer.clone(),
         proxy: None,
+        state: None,
+        warn,
     };
     ensure_root(roots, &outer)?;
     let me = airlock_core::ownership::process_identity(std::process::id()).map_err(|e| {
@@ -189,8 +221,11 @@ fn start_egress(
     materialize(&dir, roots, &image_root)?;
     let runs = crate::lifecycle::runs::runs_root(&roots.state);
     ensure_root(roots, &runs)?;
-    let audit =
-        crate::lifecycle::runs::create_run_dir(&runs, &spec.id)?.join(crate::paths::AUDIT_LOG_FILE);
+    let logs = crate::lifecycle::runs::run_logs_root(&roots.state);
+    ensure_root(roots, &logs)?;
+    let run_dir = crate::lifecycle::runs::create_run_dir(&runs, &spec.id)?;
+    let audit = run_dir.join(crate::paths::AUDIT_LOG_FILE);
+    guard.state = Some((run_dir, logs));
     let start = EgressStart::new(dir.clone(), project_root, audit);
     let proxy = ProxySupervisor::launch(start).map_err(egress_error)?;
     guard.proxy = Some(proxy);

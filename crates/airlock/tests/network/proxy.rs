@@ -70,6 +70,34 @@ fn a_denied_host_gets_the_explicit_403_with_x_airlock_policy_for_http_and_connec
 }
 
 #[test]
+fn a_finished_runs_audit_log_is_kept_in_run_logs_and_its_state_directory_removed() {
+    let rt = Rt::invoker();
+    let web = http_server(None);
+    rt.env.write_user_config(&user_config(&[], None, ""));
+    let run = rt.sh(
+        &[],
+        &format!(
+            "curl -sS -m 20 -o /dev/null http://denied.test:{}/",
+            web.port()
+        ),
+    );
+    run.assert_code(0);
+    let state = rt.env.state_home().join("airlock");
+    let runs: Vec<_> = std::fs::read_dir(state.join("runs"))
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    assert!(runs.is_empty(), "run state left behind: {runs:?}");
+    let kept: Vec<_> = std::fs::read_dir(state.join("run-logs"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    let log = std::fs::read_to_string(kept[0].join("audit.jsonl")).unwrap();
+    assert!(log.contains("denied.test"), "{log}");
+}
+
+#[test]
 fn a_process_ignoring_the_proxy_variables_cannot_connect_anywhere() {
     let rt = Rt::invoker();
     let web = http_server(None);

@@ -392,9 +392,7 @@ fn serve_client(
 /// until the process ends, so it keeps running after `exec -d` returned. The client is told
 /// `ok <pid>` once the guest reports the process started, or `error: …` when it could not.
 fn run_detached(conn: UnixStream, control: &OwnedFd, key: [u8; 32]) -> std::io::Result<()> {
-    use airlock_protocol::{
-        host_handshake, read_packet, write_packet, Message, Packet, VersionRange,
-    };
+    use airlock_protocol::{host_handshake, read_packet, Message, Packet, VersionRange};
     let mut reader = BufReader::new(conn.try_clone()?);
     let mut line = String::new();
     reader.read_line(&mut line)?;
@@ -406,21 +404,12 @@ fn run_detached(conn: UnixStream, control: &OwnedFd, key: [u8; 32]) -> std::io::
     };
     let mut stream =
         airlock_protocol::open_stream(control.as_fd()).map_err(std::io::Error::other)?;
-    let fail = |e: &dyn std::fmt::Display| format!("error: {e}");
     if let Err(e) = host_handshake(&mut stream, &Key::from_bytes(key), VersionRange::CURRENT) {
-        return reply(&fail(&e));
+        return reply(&format!("error: {e}"));
     }
-    let sent = write_packet(&mut stream, &Packet::Control(Message::Exec(request)))
-        .and_then(|()| write_packet(&mut stream, &Packet::Control(Message::StdinClosed)));
-    if let Err(e) = sent {
-        return reply(&fail(&e));
-    }
-    match read_packet(&mut stream) {
-        Ok(Some(Packet::Control(Message::Started { pid }))) => reply(&format!("ok {pid}"))?,
-        Ok(Some(Packet::Control(Message::Error(e)))) => return reply(&fail(&e.message)),
-        Ok(Some(other)) => return reply(&fail(&format!("unexpected {}", other.name()))),
-        Ok(None) => return reply("error: the sandbox closed the stream"),
-        Err(e) => return reply(&fail(&e)),
+    match start_detached(&mut stream, request) {
+        Ok(pid) => reply(&format!("ok {pid}"))?,
+        Err(e) => return reply(&format!("error: {e}")),
     }
     // Hold the stream (discarding output) until the process reports its end.
     loop {
@@ -430,6 +419,29 @@ fn run_detached(conn: UnixStream, control: &OwnedFd, key: [u8; 32]) -> std::io::
             | Err(_) => return Ok(()),
             Ok(Some(_)) => {}
         }
+    }
+}
+
+/// Sends `request` with its stdin already closed over an authenticated stream and returns the
+/// process id the guest reports, or why it did not start. A guest that refuses the request,
+/// or runs a command that ends at once, answers and closes its end possibly before
+/// `StdinClosed` is written: that write then fails (EPIPE) while the guest's answer is already
+/// waiting to be read, so the answer is read first and the write's failure reported only when
+/// there is none.
+fn start_detached(stream: &mut (impl Read + Write), request: ExecRequest) -> Result<u32, String> {
+    use airlock_protocol::{read_packet, write_packet, Message, Packet};
+    write_packet(stream, &Packet::Control(Message::Exec(request))).map_err(|e| e.to_string())?;
+    let stdin_closed = write_packet(stream, &Packet::Control(Message::StdinClosed));
+    match read_packet(stream) {
+        // Started: a stream closed early only means the process already ended (`true`).
+        Ok(Some(Packet::Control(Message::Started { pid }))) => Ok(pid),
+        Ok(Some(Packet::Control(Message::Error(e)))) => Err(e.message),
+        Ok(Some(other)) => Err(format!("unexpected {}", other.name())),
+        Ok(None) => Err(match stdin_closed {
+            Ok(()) => "the sandbox closed the stream".to_owned(),
+            Err(e) => e.to_string(),
+        }),
+        Err(e) => Err(e.to_string()),
     }
 }
 
@@ -452,4 +464,80 @@ fn teardown_parts(sandbox: Sandbox, mut cgroup: RunCgroup) {
         eprintln!("airlock keeper: {e}");
     }
     cgroup.destroy();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use airlock_protocol::{read_packet, write_packet, ErrorCode, Message, Packet};
+
+    /// The guest's side of a detached request: it reads the request, answers with `answer`
+    /// and closes its end before the keeper sent `StdinClosed` (what a fast guest does under
+    /// load); returns what the keeper makes of it.
+    fn answered_then_closed(answer: Message) -> Result<u32, String> {
+        let (mut keeper, mut guest) = UnixStream::pair().unwrap();
+        let request = ExecRequest {
+            argv: vec!["no-such-command-anywhere".into()],
+            env: Default::default(),
+            cwd: None,
+            user: airlock_protocol::ExecUser::Sandbox,
+            tty: None,
+        };
+        // The answer is queued and the guest's end closed before the keeper writes anything
+        // after its request, so the keeper's second write is the one that meets a closed peer.
+        let guest_side = std::thread::spawn(move || {
+            let first = read_packet(&mut guest).unwrap();
+            assert!(matches!(first, Some(Packet::Control(Message::Exec(_)))));
+            write_packet(&mut guest, &Packet::Control(answer)).unwrap();
+        });
+        let mut gate = Gate {
+            inner: &mut keeper,
+            flushes: 0,
+            before_second: Some(guest_side),
+        };
+        start_detached(&mut gate, request)
+    }
+
+    #[test]
+    fn a_refusal_that_closes_the_stream_before_stdin_closed_is_reported_not_a_broken_pipe() {
+        let err = answered_then_closed(Message::Error(airlock_protocol::RemoteError::new(
+            ErrorCode::CommandNotFound,
+            "no-such-command-anywhere: command not found",
+        )))
+        .unwrap_err();
+        assert!(err.contains("no-such-command-anywhere"), "{err}");
+    }
+
+    #[test]
+    fn a_command_that_ended_before_stdin_closed_was_sent_still_reports_its_pid() {
+        assert_eq!(answered_then_closed(Message::Started { pid: 42 }), Ok(42));
+    }
+
+    /// Waits for the fake guest to answer and close before the second write goes out.
+    struct Gate<'a> {
+        inner: &'a mut UnixStream,
+        flushes: usize,
+        before_second: Option<std::thread::JoinHandle<()>>,
+    }
+
+    impl Read for Gate<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            self.inner.read(buf)
+        }
+    }
+
+    impl Write for Gate<'_> {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            if self.flushes == 1 {
+                if let Some(guest) = self.before_second.take() {
+                    guest.join().unwrap();
+                }
+            }
+            self.inner.write(buf)
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            self.flushes += 1;
+            self.inner.flush()
+        }
+    }
 }

@@ -14,15 +14,48 @@ use std::time::{Duration, Instant};
 use crate::ownership::Liveness;
 use crate::records::{ProcessIdentity, SandboxRecord};
 
-/// A backend failure; `what` names the step, `detail` the cause.
+/// A backend failure. Each variant names the step that failed and carries its cause typed;
+/// how it is classified (exit 69, 1 or 70) follows from the variant, never from its text.
 #[derive(Debug, thiserror::Error)]
 pub enum BackendError {
-    /// The host cannot run this backend (missing kernel feature, permissions).
-    #[error("{what}: {detail}")]
-    Unavailable { what: String, detail: String },
-    /// The sandbox failed to start or the guest reported an error.
-    #[error("{what}: {detail}")]
-    Failed { what: String, detail: String },
+    /// The owner process could not start the sandbox and said why, already classified.
+    #[error("the sandbox did not start: {0}")]
+    Start(StartFailure),
+    /// The owner process exited before reporting; its log tells why.
+    #[error("the owner process exited before the sandbox was ready (see {}: {last_line})", log.display())]
+    OwnerExited { log: PathBuf, last_line: String },
+    /// A process the backend started cannot be identified, so it could never be proven ours.
+    #[error("cannot read the identity of {what} (pid {pid}): {source}")]
+    Identity {
+        what: &'static str,
+        pid: u32,
+        #[source]
+        source: crate::ownership::OwnershipError,
+    },
+    /// A file the backend writes could not be encoded.
+    #[error("cannot encode {what}: {source}")]
+    Encode {
+        what: &'static str,
+        #[source]
+        source: serde_json::Error,
+    },
+    /// Marking a directory as this sandbox's failed.
+    #[error("cannot mark {} as this sandbox's: {source}", dir.display())]
+    Marker {
+        dir: PathBuf,
+        #[source]
+        source: crate::ownership::OwnershipError,
+    },
+    /// A file the backend writes could not be written atomically.
+    #[error("cannot write {}: {source}", path.display())]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: crate::atomic::AtomicWriteError,
+    },
+    /// The system's random source failed.
+    #[error("cannot read random bytes: {0}")]
+    Random(String),
     /// Host I/O on a named path failed.
     #[error("{what} {path}: {source}")]
     Io {
@@ -37,6 +70,37 @@ pub enum BackendError {
     /// The user cancelled while waiting.
     #[error("cancelled while {while_doing}")]
     Cancelled { while_doing: &'static str },
+}
+
+/// Why the owner process could not start the sandbox: the class decides the exit status, the
+/// code and hint are what the user sees (the same ones a failing `run` shows).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct StartFailure {
+    pub class: FailureClass,
+    /// Stable `area.reason` code (`backend.namespaces`, `run.state`, …).
+    pub code: String,
+    pub message: String,
+    pub hint: Option<String>,
+}
+
+impl std::fmt::Display for StartFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+/// The class of a start failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureClass {
+    /// This host cannot provide the backend (exit 69).
+    Unavailable,
+    /// The start was refused or failed for a reason the user can act on (exit 1 or 2).
+    Refused,
+    /// A configuration problem found only at start (exit 2).
+    Config,
+    /// Infrastructure or a bug (exit 70).
+    Internal,
 }
 
 /// What `wait` learned once the guest is ready.

@@ -31,8 +31,9 @@ pub enum ErrorKind {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HostError {
     pub kind: ErrorKind,
-    /// Stable identifier, `area.reason`; scripts match on it, so never rename one.
-    pub code: &'static str,
+    /// Stable identifier, `area.reason`; scripts match on it, so never rename one. Owned only
+    /// when it travelled from another airlock process (a keeper's start failure).
+    pub code: std::borrow::Cow<'static, str>,
     /// What went wrong. May hold several lines when several independent errors were found.
     pub message: String,
     /// The next action, one line.
@@ -43,7 +44,7 @@ impl HostError {
     pub fn new(kind: ErrorKind, code: &'static str, message: impl Into<String>) -> Self {
         Self {
             kind,
-            code,
+            code: std::borrow::Cow::Borrowed(code),
             message: message.into(),
             hint: None,
         }
@@ -66,5 +67,43 @@ impl HostError {
 impl fmt::Display for HostError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.message)
+    }
+}
+
+/// A keeper's start failure as it reaches `up`: the class it reported decides the kind; the
+/// code, message and hint are the ones the keeper's own error carried.
+pub fn from_start_failure(f: airlock_core::backend::StartFailure) -> HostError {
+    use airlock_core::backend::FailureClass;
+    let kind = match f.class {
+        FailureClass::Unavailable => ErrorKind::BackendUnavailable,
+        FailureClass::Refused => ErrorKind::Failed,
+        FailureClass::Config => ErrorKind::Config,
+        FailureClass::Internal => ErrorKind::Internal,
+    };
+    HostError {
+        kind,
+        code: std::borrow::Cow::Owned(f.code),
+        message: f.message,
+        hint: f.hint,
+    }
+}
+
+/// A host failure the keeper reports to `up` ([`from_start_failure`] is the way back). The
+/// kinds a start cannot produce (usage, busy, interrupted) travel as refusals.
+pub fn to_start_failure(e: HostError) -> airlock_core::backend::StartFailure {
+    use airlock_core::backend::FailureClass;
+    let class = match e.kind {
+        ErrorKind::BackendUnavailable => FailureClass::Unavailable,
+        ErrorKind::Config => FailureClass::Config,
+        ErrorKind::Internal => FailureClass::Internal,
+        ErrorKind::Failed | ErrorKind::Usage | ErrorKind::Busy | ErrorKind::Interrupted => {
+            FailureClass::Refused
+        }
+    };
+    airlock_core::backend::StartFailure {
+        class,
+        code: e.code.into_owned(),
+        message: e.message,
+        hint: e.hint,
     }
 }

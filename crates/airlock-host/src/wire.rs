@@ -10,6 +10,7 @@
 use std::path::PathBuf;
 
 use airlock_config::env_vars;
+use airlock_core::backend::StartFailure;
 use airlock_linux::spec::SandboxSpec;
 use serde::{Deserialize, Serialize};
 
@@ -47,10 +48,9 @@ pub enum KeeperReport {
         init_pid: u32,
         timings: Vec<(String, u64)>,
     },
-    Failed {
-        message: String,
-        unavailable: bool,
-    },
+    /// Why the sandbox did not start, classified by the keeper (the same code and hint a
+    /// failing `run` shows).
+    Failed(StartFailure),
 }
 
 /// What the proxy child needs to start (sent as the first line of its stdin, never on disk

@@ -26,8 +26,9 @@ pub fn exit_code(kind: ErrorKind) -> i32 {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CommandError {
     pub kind: ErrorKind,
-    /// Stable identifier, `area.reason`; scripts match on it, so never rename one.
-    pub code: &'static str,
+    /// Stable identifier, `area.reason`; scripts match on it, so never rename one. Owned only
+    /// when it travelled from another airlock process (a keeper's start failure).
+    pub code: std::borrow::Cow<'static, str>,
     /// What went wrong. May hold several lines when several independent errors were found.
     pub message: String,
     /// The next action, one line.
@@ -38,7 +39,7 @@ impl CommandError {
     pub fn new(kind: ErrorKind, code: &'static str, message: impl Into<String>) -> Self {
         Self {
             kind,
-            code,
+            code: std::borrow::Cow::Borrowed(code),
             message: message.into(),
             hint: None,
         }

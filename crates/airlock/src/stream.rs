@@ -76,12 +76,24 @@ pub fn run(
     })?;
     let stream = airlock_protocol::open_stream(control)
         .map_err(|e| CommandError::internal("run.stream", e.to_string()))?;
+    fault_hook(&stream);
     run_stream(
         stream,
         &Key::from_bytes(*sandbox.key()),
         request,
         interactive,
     )
+}
+
+/// Test hook, debug builds only (release builds never read it): `AIRLOCK_TEST_FAULT=
+/// stream-closed` shuts the freshly opened stream down before the handshake, as a guest that
+/// died at that moment would, so the internal-error path (exit 70) can be driven for real.
+fn fault_hook(stream: &std::os::unix::net::UnixStream) {
+    if cfg!(debug_assertions)
+        && std::env::var("AIRLOCK_TEST_FAULT").is_ok_and(|f| f == "stream-closed")
+    {
+        let _ = stream.shutdown(std::net::Shutdown::Both);
+    }
 }
 
 /// Runs `request` over an already opened stream to the guest (authenticated here with `key`);

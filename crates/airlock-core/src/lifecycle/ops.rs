@@ -83,12 +83,8 @@ pub struct StatusReport {
 
 fn random_hex(bytes: usize) -> Result<String, LifecycleError> {
     let mut buf = vec![0u8; bytes];
-    getrandom::getrandom(&mut buf).map_err(|e| {
-        LifecycleError::Backend(BackendError::Failed {
-            what: "getrandom".into(),
-            detail: e.to_string(),
-        })
-    })?;
+    getrandom::getrandom(&mut buf)
+        .map_err(|e| LifecycleError::Backend(BackendError::Random(e.to_string())))?;
     Ok(hex::encode(buf))
 }
 

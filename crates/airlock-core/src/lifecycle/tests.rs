@@ -133,10 +133,12 @@ impl Starting for FakeStarting<'_> {
                     timings: vec![("backend.boot".into(), 1)],
                 })
             }
-            WaitOutcome::Fail => Err(BackendError::Failed {
-                what: "boot".into(),
-                detail: "the fake refused".into(),
-            }),
+            WaitOutcome::Fail => Err(BackendError::Start(crate::backend::StartFailure {
+                class: crate::backend::FailureClass::Refused,
+                code: "fake.refused".into(),
+                message: "the fake refused".into(),
+                hint: None,
+            })),
             WaitOutcome::Cancel => Err(BackendError::Cancelled {
                 while_doing: "waiting",
             }),

@@ -110,9 +110,9 @@ impl LinuxBackend {
             .mode(0o700)
             .create(dir)
             .map_err(io_err("cannot create", dir))?;
-        ownership::write_marker(dir, &marker(record)).map_err(|e| BackendError::Failed {
-            what: "ownership marker".into(),
-            detail: e.to_string(),
+        ownership::write_marker(dir, &marker(record)).map_err(|source| BackendError::Marker {
+            dir: dir.to_path_buf(),
+            source,
         })
     }
 
@@ -230,13 +230,13 @@ impl Backend for LinuxBackend {
             egress,
         };
         let path = record.paths.state_dir.join(START_FILE);
-        let bytes = serde_json::to_vec(&request).map_err(|e| BackendError::Failed {
-            what: "encoding the start request".into(),
-            detail: e.to_string(),
+        let bytes = serde_json::to_vec(&request).map_err(|source| BackendError::Encode {
+            what: "the start request",
+            source,
         })?;
-        airlock_core::write_atomic(&path, &bytes, 0o600).map_err(|e| BackendError::Failed {
-            what: "writing the start request".into(),
-            detail: e.to_string(),
+        airlock_core::write_atomic(&path, &bytes, 0o600).map_err(|source| BackendError::Write {
+            path: path.clone(),
+            source,
         })
     }
 
@@ -260,12 +260,14 @@ impl Backend for LinuxBackend {
             .map_err(io_err("cannot start the keeper", &exe))?;
         let owner = match settled_identity(child.id()) {
             Ok(id) => id,
-            Err(e) => {
+            Err(source) => {
+                let pid = child.id();
                 let _ = child.kill();
                 let _ = child.wait();
-                return Err(BackendError::Failed {
-                    what: "reading the keeper's identity".into(),
-                    detail: e.to_string(),
+                return Err(BackendError::Identity {
+                    what: "the keeper",
+                    pid,
+                    source,
                 });
             }
         };
@@ -449,9 +451,10 @@ impl Starting for LinuxStarting {
                 Ok(0) | Err(rustix::io::Errno::INTR) => continue,
                 Ok(_) => return self.read_report(),
                 Err(e) => {
-                    return Err(BackendError::Failed {
-                        what: "waiting for the keeper".into(),
-                        detail: e.to_string(),
+                    return Err(BackendError::Io {
+                        what: "cannot wait for the keeper's report in",
+                        path: self.log.clone(),
+                        source: e.into(),
                     })
                 }
             }
@@ -475,14 +478,15 @@ impl LinuxStarting {
                 init_pid,
                 timings,
             }) => {
-                let proven = |pid: u32, what: &str| {
-                    settled_identity(pid).map_err(|e| BackendError::Failed {
-                        what: format!("reading the identity of the sandbox's {what}"),
-                        detail: e.to_string(),
+                let proven = |pid: u32, what: &'static str| {
+                    settled_identity(pid).map_err(|source| BackendError::Identity {
+                        what,
+                        pid,
+                        source,
                     })
                 };
-                let guest = proven(guest_pid, "PID 1")?;
-                let init = proven(init_pid, "init stage")?;
+                let guest = proven(guest_pid, "the sandbox's PID 1")?;
+                let init = proven(init_pid, "the sandbox's init stage")?;
                 let data = LinuxData {
                     init: Some(init),
                     cgroup_name: self.cgroup_name.clone(),
@@ -493,20 +497,10 @@ impl LinuxStarting {
                     timings,
                 })
             }
-            Some(KeeperReport::Failed {
-                message,
-                unavailable: true,
-            }) => Err(BackendError::Unavailable {
-                what: "the sandbox did not start".into(),
-                detail: message,
-            }),
-            Some(KeeperReport::Failed { message, .. }) => Err(BackendError::Failed {
-                what: "the sandbox did not start".into(),
-                detail: message,
-            }),
-            None => Err(BackendError::Failed {
-                what: "the keeper exited before the sandbox was ready".into(),
-                detail: format!("see {}: {}", self.log.display(), log_tail(&self.log)),
+            Some(KeeperReport::Failed(failure)) => Err(BackendError::Start(failure)),
+            None => Err(BackendError::OwnerExited {
+                log: self.log.clone(),
+                last_line: log_tail(&self.log),
             }),
         }
     }

@@ -42,7 +42,7 @@ use rustix::event::{poll, PollFd, PollFlags};
 
 use super::backend::{with_socket_path, EXIT_NOTE, SOCKET};
 use crate::egress::supervisor::ProxySupervisor;
-use crate::error::ErrorKind;
+use crate::error::HostError;
 use crate::run::limits::{self, RunCgroup};
 use crate::run::start_error;
 use crate::wire::{
@@ -111,11 +111,16 @@ fn report_line(report: &KeeperReport) -> std::io::Result<()> {
     out.flush()
 }
 
-fn failed(message: impl Into<String>, unavailable: bool) -> KeeperReport {
-    KeeperReport::Failed {
-        message: message.into(),
-        unavailable,
-    }
+/// A failure of the keeper's own steps (its start request, its socket, the proxy), for `up`.
+fn failed(code: &'static str, message: impl Into<String>) -> KeeperReport {
+    reported(HostError::internal(code, message).with_hint(
+        "read the keeper's log in the sandbox's state directory; if it shows nothing, this is a bug in airlock",
+    ))
+}
+
+/// A classified host failure (the limits, the sandbox's start), with its own code and hint.
+fn reported(e: HostError) -> KeeperReport {
+    KeeperReport::Failed(crate::error::to_start_failure(e))
 }
 
 /// The egress proxy child, shared by the supervision loop and reload requests.
@@ -125,27 +130,21 @@ type Started = (Sandbox, RunCgroup, UnixListener, u32, SharedProxy);
 
 fn start(state_dir: &Path) -> Result<Started, KeeperReport> {
     let path = state_dir.join(START_FILE);
-    let bytes = fs::read(&path)
-        .map_err(|e| failed(format!("cannot read {}: {e}", path.display()), false))?;
-    let req: StartRequest = serde_json::from_slice(&bytes).map_err(|e| {
+    let bytes = fs::read(&path).map_err(|e| {
         failed(
-            format!("{} is not a start request: {e}", path.display()),
-            false,
+            "keeper.start_request",
+            format!("cannot read {}: {e}", path.display()),
         )
     })?;
-    let unavailable = |kind: ErrorKind| match kind {
-        ErrorKind::BackendUnavailable => true,
-        ErrorKind::Failed
-        | ErrorKind::Usage
-        | ErrorKind::Config
-        | ErrorKind::Internal
-        | ErrorKind::Busy
-        | ErrorKind::Interrupted => false,
-    };
+    let req: StartRequest = serde_json::from_slice(&bytes).map_err(|e| {
+        failed(
+            "keeper.start_request",
+            format!("{} is not a start request: {e}", path.display()),
+        )
+    })?;
     // The proxy starts while the sandbox does; `Ready` is reported only once it serves.
     let proxy = start_egress(&req)?;
-    let mut cgroup = limits::prepare(&req.spec, keeper_warning)
-        .map_err(|e| failed(e.message.clone(), unavailable(e.kind)))?;
+    let mut cgroup = limits::prepare(&req.spec, keeper_warning).map_err(reported)?;
     let opts = StartOptions {
         exe: PathBuf::from("/proc/self/exe"),
         sandboxes_dir: req.runtime_dir.clone(),
@@ -154,17 +153,25 @@ fn start(state_dir: &Path) -> Result<Started, KeeperReport> {
         Ok(s) => s,
         Err(e) => {
             cgroup.destroy();
-            let e = start_error(e);
-            return Err(failed(e.message.clone(), unavailable(e.kind)));
+            return Err(reported(start_error(e)));
         }
     };
     let socket = req.runtime_dir.join(SOCKET);
     let _ = fs::remove_file(&socket);
     let listener = with_socket_path(&socket, |p| UnixListener::bind(p))
         .and_then(|l| l.set_nonblocking(true).map(|()| l))
-        .map_err(|e| failed(format!("cannot listen on {}: {e}", socket.display()), false));
-    let guest = guest_pid(sandbox.init_pid())
-        .ok_or_else(|| failed("the sandbox's PID 1 cannot be found on the host", false));
+        .map_err(|e| {
+            failed(
+                "keeper.listen",
+                format!("cannot listen on {}: {e}", socket.display()),
+            )
+        });
+    let guest = guest_pid(sandbox.init_pid()).ok_or_else(|| {
+        failed(
+            "keeper.guest",
+            "the sandbox's PID 1 cannot be found on the host",
+        )
+    });
     let ready = proxy_ready(&proxy);
     match (listener, guest, ready) {
         (Ok(listener), Ok(pid), Ok(())) => Ok((sandbox, cgroup, listener, pid, proxy)),
@@ -187,16 +194,15 @@ fn start_egress(req: &StartRequest) -> Result<SharedProxy, KeeperReport> {
             .find(|(n, _)| n == k)
             .map(|(_, v)| OsString::from(v))
     };
-    let roots =
-        airlock_config::Roots::from_env(lookup).map_err(|e| failed(e.to_string(), false))?;
+    let roots = airlock_config::Roots::from_env(lookup)
+        .map_err(|e| failed("keeper.roots", e.to_string()))?;
     let image_root = match &req.spec.image {
         airlock_linux::spec::Image::Host => PathBuf::from("/"),
         airlock_linux::spec::Image::Directory(p) => p.clone(),
     };
-    crate::egress::materialize(&egress.dir, &roots, &image_root)
-        .map_err(|e| failed(e.message, false))?;
-    let proxy =
-        ProxySupervisor::launch(egress.clone()).map_err(|e| failed(e.to_string(), false))?;
+    crate::egress::materialize(&egress.dir, &roots, &image_root).map_err(reported)?;
+    let proxy = ProxySupervisor::launch(egress.clone())
+        .map_err(|e| reported(crate::run::egress_error(e)))?;
     Ok(Arc::new(Mutex::new(Some(proxy))))
 }
 
@@ -204,7 +210,9 @@ fn start_egress(req: &StartRequest) -> Result<SharedProxy, KeeperReport> {
 fn proxy_ready(proxy: &SharedProxy) -> Result<(), KeeperReport> {
     let mut slot = proxy.lock().unwrap_or_else(|p| p.into_inner());
     match slot.as_mut() {
-        Some(sup) => sup.wait_ready().map_err(|e| failed(e.to_string(), false)),
+        Some(sup) => sup
+            .wait_ready()
+            .map_err(|e| reported(crate::run::egress_error(e))),
         None => Ok(()),
     }
 }

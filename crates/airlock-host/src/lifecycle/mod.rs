@@ -144,14 +144,19 @@ pub fn lifecycle_error(e: LifecycleError) -> HostError {
 fn backend_error(e: BackendError) -> HostError {
     let message = e.to_string();
     match e {
-        BackendError::Unavailable { .. } => HostError::new(
-            ErrorKind::BackendUnavailable,
-            "backend.unavailable",
-            message,
-        )
-        .with_hint("run `airlock doctor` to see what this host is missing"),
-        BackendError::Failed { .. } => HostError::new(ErrorKind::Failed, "backend.failed", message)
-            .with_hint("run `airlock doctor`; the keeper's log is in airlock's state directory"),
+        BackendError::Start(failure) => crate::error::from_start_failure(failure),
+        BackendError::OwnerExited { .. } => HostError::internal("backend.keeper_exited", message)
+            .with_hint(
+                "read the keeper's log named above; if it shows nothing, this is a bug in airlock",
+            ),
+        BackendError::Identity { .. } | BackendError::Random(_) => {
+            HostError::internal("backend.identity", message)
+                .with_hint("run `airlock doctor`; if it reports nothing, this is a bug in airlock")
+        }
+        BackendError::Encode { .. } | BackendError::Marker { .. } | BackendError::Write { .. } => {
+            HostError::internal("backend.io", message)
+                .with_hint("check the permissions of airlock's state and runtime directories")
+        }
         BackendError::Timeout { .. } => HostError::new(ErrorKind::Failed, "up.timeout", message)
             .with_hint("try again with a longer --timeout, e.g. --timeout 2m"),
         BackendError::Cancelled { .. } => {

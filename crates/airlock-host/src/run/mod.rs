@@ -165,7 +165,7 @@ impl RunEgress {
     }
 }
 
-fn egress_error(e: crate::egress::supervisor::SupervisorError) -> HostError {
+pub(crate) fn egress_error(e: crate::egress::supervisor::SupervisorError) -> HostError {
     HostError::new(ErrorKind::Failed, "egress.start", e.to_string())
         .with_hint("check the network configuration with `airlock plan`")
 }

@@ -11,6 +11,7 @@
 #[macro_use]
 pub(crate) mod harness;
 mod attacks;
+mod exit_codes;
 mod hardening;
 mod identity;
 mod isolation;

@@ -53,6 +53,10 @@ pub enum BackendError {
         #[source]
         source: crate::atomic::AtomicWriteError,
     },
+    /// The owner process speaks another version of the host protocol (started by another
+    /// airlock): nothing it said is read.
+    #[error("the sandbox's owner process cannot be used: {0}")]
+    Version(airlock_protocol::host::HostVersionError),
     /// The system's random source failed.
     #[error("cannot read random bytes: {0}")]
     Random(String),
@@ -72,36 +76,9 @@ pub enum BackendError {
     Cancelled { while_doing: &'static str },
 }
 
-/// Why the owner process could not start the sandbox: the class decides the exit status, the
-/// code and hint are what the user sees (the same ones a failing `run` shows).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct StartFailure {
-    pub class: FailureClass,
-    /// Stable `area.reason` code (`backend.namespaces`, `run.state`, …).
-    pub code: String,
-    pub message: String,
-    pub hint: Option<String>,
-}
-
-impl std::fmt::Display for StartFailure {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.message)
-    }
-}
-
-/// The class of a start failure.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum FailureClass {
-    /// This host cannot provide the backend (exit 69).
-    Unavailable,
-    /// The start was refused or failed for a reason the user can act on (exit 1 or 2).
-    Refused,
-    /// A configuration problem found only at start (exit 2).
-    Config,
-    /// Infrastructure or a bug (exit 70).
-    Internal,
-}
+/// Why the owner process could not start the sandbox; it crosses between two airlock
+/// processes, so it is part of the versioned host protocol.
+pub use airlock_protocol::host::{FailureClass, StartFailure};
 
 /// What `wait` learned once the guest is ready.
 #[derive(Debug, Clone)]
@@ -135,6 +112,9 @@ pub struct Inspection {
     pub disk_bytes: Option<u64>,
     /// Why the owner stopped, when it left a note.
     pub exit_note: Option<String>,
+    /// Set when the owner was started by another airlock version (another host protocol): it
+    /// is not used, only stopped, and the sandbox is `stale`. Says which version.
+    pub incompatible: Option<String>,
 }
 
 /// What `stop` did.

@@ -74,7 +74,10 @@ pub fn running_sandboxes(roots: &Roots) -> Vec<(SandboxName, PathBuf)> {
         .filter_map(|name| {
             let record = stores.record(&name).ok()??.data;
             let keeper = record.keeper.as_ref()?;
-            (check_process(keeper) == Liveness::Ours).then_some((name, record.paths.runtime_dir))
+            // A keeper of another airlock version is never talked to (it is `stale`).
+            let ours = crate::lifecycle::backend::incompatible(&record).is_none();
+            (ours && check_process(keeper) == Liveness::Ours)
+                .then_some((name, record.paths.runtime_dir))
         })
         .collect()
 }

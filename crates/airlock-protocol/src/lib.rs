@@ -18,6 +18,7 @@ pub mod detach_key;
 pub mod fdpass;
 pub mod frame;
 pub mod handshake;
+pub mod host;
 pub mod message;
 pub mod session;
 pub mod session_client;

@@ -133,6 +133,8 @@ pub fn assess(
             }
         }
         Phase::Ready => match seen {
+            // Started by another airlock: alive or not, it is never talked to.
+            Some(s) if s.incompatible.is_some() => Health::Stale,
             Some(s) if s.owner == Liveness::Ours && s.guest == Liveness::Ours => Health::Ready,
             Some(s) if s.owner == Liveness::Ours => Health::Failed,
             Some(s) if s.exit_note.is_some() => Health::Stopped,

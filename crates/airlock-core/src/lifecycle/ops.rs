@@ -534,7 +534,16 @@ pub fn status<B: Backend>(
     if health == Health::Failed {
         warnings.push("the sandbox's PID 1 is gone while its keeper still runs".into());
     }
+    let incompatible = inspection.as_ref().and_then(|i| i.incompatible.clone());
+    if let Some(why) = &incompatible {
+        warnings.push(format!(
+            "this sandbox was started by another airlock version: {why}"
+        ));
+    }
     let next = match health {
+        Health::Stale if incompatible.is_some() => {
+            "airlock down (stops the sandbox started by the other airlock version), then airlock up"
+        }
         Health::Ready => "airlock exec -- CMD, or airlock down",
         Health::Starting => "wait for the running `airlock up` to finish",
         Health::Absent => "airlock up",

@@ -88,6 +88,8 @@ struct Fake {
     /// Paths `remove` cannot prove are ours.
     left: RefCell<Vec<(PathBuf, String)>>,
     calls: RefCell<Vec<&'static str>>,
+    /// The owner speaks another host protocol version.
+    incompatible: Cell<bool>,
 }
 
 impl Fake {
@@ -97,6 +99,7 @@ impl Fake {
             wait: Cell::new(WaitOutcome::Ready),
             left: RefCell::new(Vec::new()),
             calls: RefCell::new(Vec::new()),
+            incompatible: Cell::new(false),
         }
     }
 }
@@ -173,6 +176,10 @@ impl Backend for Fake {
             guest: l,
             disk_bytes: Some(4096),
             exit_note: None,
+            incompatible: self
+                .incompatible
+                .get()
+                .then(|| "host protocol 99, this airlock speaks 1".to_owned()),
         }
     }
     fn stop(&self, _: &SandboxRecord, _: Duration) -> Result<StopReport, BackendError> {
@@ -331,6 +338,29 @@ fn a_dead_running_operation_is_marked_interrupted_and_its_sandbox_cleaned() {
 }
 
 #[test]
+fn a_live_sandbox_of_another_airlock_version_is_stale_names_down_and_down_stops_it() {
+    let w = world();
+    let fake = Fake::new();
+    up_with(&w, &fake, plan()).unwrap();
+    fake.incompatible.set(true);
+    let st = status(&w.stores, &fake, &w.name).unwrap();
+    assert_eq!(st.health, Health::Stale);
+    assert!(st.next.starts_with("airlock down"), "{}", st.next);
+    assert!(
+        st.warnings
+            .iter()
+            .any(|w| w.contains("another airlock version")),
+        "{:?}",
+        st.warnings
+    );
+    let out = down(&w.stores, &fake, &w.name, Duration::from_secs(1)).unwrap();
+    assert_eq!(out.was, Health::Stale);
+    assert!(fake.calls.borrow().contains(&"stop"), "{:?}", fake.calls);
+    assert!(!fake.running.get());
+    assert!(w.stores.record(&w.name).unwrap().is_none());
+}
+
+#[test]
 fn down_keeps_the_record_when_a_leftover_cannot_be_proven_ours() {
     let w = world();
     let fake = Fake::new();
@@ -405,6 +435,7 @@ fn health_follows_the_proofs_not_the_record() {
         guest,
         disk_bytes: None,
         exit_note: note.map(str::to_owned),
+        incompatible: None,
     };
     let h = |i: Inspection| assess(Some(&rec), None, Some(&i));
     assert_eq!(h(seen(Liveness::Ours, Liveness::Ours, None)), Health::Ready);

@@ -1,12 +1,14 @@
 //! `airlock __proxy <egress dir>`: the egress proxy and the host-port connectors of one sandbox.
 //!
-//! Protocol with the owner (the keeper or `run`), one line each way:
-//! 1. stdin, first line: the [`EgressStart`] JSON (no secret in it);
+//! Protocol with the owner (the keeper or `run`), one line each way, versioned
+//! (`airlock_protocol::host`); every answer is one JSON [`ProxyAnswer`]:
+//! 1. stdin, first line: the [`EgressStart`] JSON (no secret in it); one of another host
+//!    protocol version is refused;
 //! 2. the child resolves the roots from it, loads the *current* network configuration and
 //!    secrets (so a restart comes back with what is in force now), binds `proxy.sock` and one
-//!    `port-N.sock` per `[[network.host_port]]`, and answers `ready` (or `error: …` and exits);
+//!    `port-N.sock` per `[[network.host_port]]`, and answers `ready` (or `error` and exits);
 //! 3. each further stdin line `reload` reloads policy and secrets and answers `ok` or
-//!    `error: …` (the previous policy stays in force on error); when what only a start can
+//!    `error` (the previous policy stays in force on error); when what only a start can
 //!    apply changed (`[network.hosts]`, `extra_ca`, host ports), it answers `ok` and exits, so
 //!    its supervisor starts a fresh one with everything current;
 //! 4. EOF on stdin (the owner is gone or done) stops everything; so does the owner's death
@@ -35,7 +37,7 @@ use tokio::net::{TcpStream, UnixListener};
 
 use super::{ca_dir, port_socket, PROXY_SOCKET};
 use crate::lifecycle::backend::with_socket_path;
-use crate::wire::EgressStart;
+use crate::wire::{EgressStart, ProxyAnswer, PROXY_RELOAD};
 
 /// Entry point of the hidden verb; returns the exit status.
 pub fn main(_args: &[OsString]) -> i32 {
@@ -59,7 +61,7 @@ async fn run() -> i32 {
         Err(e) => return answer_fatal(&format!("stdin must be the owner's pipe: {e}")),
     };
     let start: EgressStart = match lines.next_line().await {
-        Ok(Some(line)) => match serde_json::from_str(&line) {
+        Ok(Some(line)) => match crate::wire::decode(line.as_bytes()) {
             Ok(s) => s,
             Err(e) => return answer_fatal(&format!("bad start request: {e}")),
         },
@@ -74,21 +76,23 @@ async fn run() -> i32 {
         Ok(handle) => handle,
         Err(e) => return answer_fatal(&e),
     };
-    if answer("ready").is_err() {
+    if answer(&ProxyAnswer::Ready).is_err() {
         return 1;
     }
     while let Ok(Some(line)) = lines.next_line().await {
         let mut restart = false;
         let reply = match line.trim() {
-            "reload" => match Loaded::load(&start) {
+            PROXY_RELOAD => match Loaded::load(&start) {
                 Ok(l) => {
                     restart = fixed != l.fixed();
                     handle.update(l.network.policy(), l.bindings);
-                    "ok".to_owned()
+                    ProxyAnswer::Ok
                 }
-                Err(e) => format!("error: {e}"),
+                Err(e) => ProxyAnswer::Error { message: e },
             },
-            other => format!("error: unknown request {other:?}"),
+            other => ProxyAnswer::Error {
+                message: format!("unknown request {other:?}"),
+            },
         };
         if answer(&reply).is_err() || restart {
             break;
@@ -105,14 +109,18 @@ fn control_input() -> std::io::Result<tokio::net::unix::pipe::Receiver> {
     tokio::net::unix::pipe::Receiver::from_owned_fd(fd)
 }
 
-fn answer(line: &str) -> std::io::Result<()> {
+fn answer(answer: &ProxyAnswer) -> std::io::Result<()> {
+    let mut line = serde_json::to_vec(answer).map_err(std::io::Error::other)?;
+    line.push(b'\n');
     let mut out = std::io::stdout().lock();
-    out.write_all(format!("{line}\n").as_bytes())?;
+    out.write_all(&line)?;
     out.flush()
 }
 
 fn answer_fatal(message: &str) -> i32 {
-    let _ = answer(&format!("error: {}", message.replace('\n', " ")));
+    let _ = answer(&ProxyAnswer::Error {
+        message: message.to_owned(),
+    });
     1
 }
 

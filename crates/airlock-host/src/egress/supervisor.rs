@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::Duration;
 
-use crate::wire::{EgressStart, PROXY_VERB};
+use crate::wire::{EgressStart, ProxyAnswer, PROXY_RELOAD, PROXY_VERB};
 
 /// How long the child may take to answer `ready` or a reload.
 pub const ANSWER_TIMEOUT: Duration = Duration::from_secs(15);
@@ -34,6 +34,9 @@ pub enum SupervisorError {
     /// The child did not answer in time or closed its output.
     #[error("the egress proxy did not answer ({0})")]
     Silent(&'static str),
+    /// The child's answer is not one of the protocol's, or not the one expected now.
+    #[error("the egress proxy answered {answer:?} to {what}")]
+    Unexpected { what: &'static str, answer: String },
 }
 
 /// A running proxy child.
@@ -83,8 +86,12 @@ impl ProxySupervisor {
     /// Waits for the child's `ready` (once, after [`launch`](Self::launch)).
     pub fn wait_ready(&mut self) -> Result<(), SupervisorError> {
         match self.read_answer("ready")? {
-            line if line == "ready" => Ok(()),
-            line => Err(SupervisorError::Refused(strip_error(&line))),
+            ProxyAnswer::Ready => Ok(()),
+            ProxyAnswer::Error { message } => Err(SupervisorError::Refused(message)),
+            other @ ProxyAnswer::Ok => Err(SupervisorError::Unexpected {
+                what: "the start request",
+                answer: format!("{other:?}"),
+            }),
         }
     }
 
@@ -102,15 +109,19 @@ impl ProxySupervisor {
     /// Asks the child to load the current policy and secrets.
     pub fn reload(&mut self) -> Result<(), SupervisorError> {
         self.stdin
-            .write_all(b"reload\n")
+            .write_all(format!("{PROXY_RELOAD}\n").as_bytes())
             .and_then(|()| self.stdin.flush())
             .map_err(|source| SupervisorError::Io {
                 what: "sending a reload",
                 source,
             })?;
         match self.read_answer("reload") {
-            Ok(line) if line == "ok" => Ok(()),
-            Ok(line) => Err(SupervisorError::Refused(strip_error(&line))),
+            Ok(ProxyAnswer::Ok) => Ok(()),
+            Ok(ProxyAnswer::Error { message }) => Err(SupervisorError::Refused(message)),
+            Ok(other @ ProxyAnswer::Ready) => Err(SupervisorError::Unexpected {
+                what: "a reload",
+                answer: format!("{other:?}"),
+            }),
             Err(e) => {
                 // Wedged or gone: end it, so the owner's supervision starts a fresh one with the
                 // configuration in force (the sandbox is offline until then).
@@ -138,7 +149,7 @@ impl ProxySupervisor {
         Ok(true)
     }
 
-    fn read_answer(&mut self, what: &'static str) -> Result<String, SupervisorError> {
+    fn read_answer(&mut self, what: &'static str) -> Result<ProxyAnswer, SupervisorError> {
         if self.stdout.buffer().is_empty() {
             let fd = self.stdout.get_ref().as_fd();
             let mut fds = [rustix::event::PollFd::new(
@@ -163,7 +174,12 @@ impl ProxySupervisor {
         let mut line = String::new();
         match self.stdout.read_line(&mut line) {
             Ok(0) => Err(SupervisorError::Silent(what)),
-            Ok(_) => Ok(line.trim_end().to_owned()),
+            Ok(_) => {
+                serde_json::from_str(line.trim_end()).map_err(|_| SupervisorError::Unexpected {
+                    what,
+                    answer: line.trim_end().to_owned(),
+                })
+            }
             Err(source) => Err(SupervisorError::Io {
                 what: "reading an answer",
                 source,
@@ -177,10 +193,6 @@ impl Drop for ProxySupervisor {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-fn strip_error(line: &str) -> String {
-    line.strip_prefix("error: ").unwrap_or(line).to_owned()
 }
 
 fn spawn_child(start: &EgressStart) -> Result<(Child, ChildStdin, ChildStdout), SupervisorError> {

@@ -26,7 +26,10 @@ use airlock_core::records::{ProcessIdentity, SandboxRecord};
 use airlock_linux::spec::SandboxSpec;
 use serde::{Deserialize, Serialize};
 
-use crate::wire::{EgressStart, KeeperReport, StartRequest, KEEPER_VERB, MODE_STREAM, START_FILE};
+use crate::wire::{
+    egress_start, KeeperOutcome, KeeperReport, StartRequest, HOST_VERSION, KEEPER_VERB,
+    MODE_STREAM, START_FILE,
+};
 
 /// Files inside the directories above.
 pub const LOG_FILE: &str = "keeper.log";
@@ -68,6 +71,10 @@ pub fn with_socket_path<T>(
 pub struct LinuxData {
     pub init: Option<ProcessIdentity>,
     pub cgroup_name: String,
+    /// The host protocol version the keeper reported (absent in records of an airlock from
+    /// before versioning: 0, never this version).
+    #[serde(default)]
+    pub host_version: u32,
 }
 
 pub struct LinuxBackend {
@@ -119,6 +126,22 @@ impl LinuxBackend {
     fn roots(&self) -> [PathBuf; 2] {
         [self.sandboxes_state(), self.sandboxes_runtime()]
     }
+}
+
+/// Why the record's keeper must not be talked to: it reported another host protocol version
+/// (or none). Only a `ready` record has a reported version.
+pub(crate) fn incompatible(record: &SandboxRecord) -> Option<String> {
+    if record.phase != airlock_core::records::Phase::Ready {
+        return None;
+    }
+    let version = data_of(record).host_version;
+    (version != HOST_VERSION).then(|| {
+        if version == 0 {
+            format!("its keeper speaks no versioned host protocol (an older airlock); this airlock speaks {HOST_VERSION}")
+        } else {
+            format!("its keeper speaks host protocol {version}; this airlock speaks {HOST_VERSION}")
+        }
+    })
 }
 
 fn data_of(record: &SandboxRecord) -> LinuxData {
@@ -218,13 +241,14 @@ impl Backend for LinuxBackend {
         spec.id = record.epoch.instance.clone();
         let egress = spec.egress.as_mut().map(|e| {
             e.host_dir = record.paths.runtime_dir.join(EGRESS_DIR);
-            EgressStart::new(
+            egress_start(
                 e.host_dir.clone(),
                 Some(record.project_root.clone()),
                 crate::paths::audit_log_path(&record.paths),
             )
         });
         let request = StartRequest {
+            version: HOST_VERSION,
             spec,
             runtime_dir: record.paths.runtime_dir.clone(),
             egress,
@@ -290,6 +314,7 @@ impl Backend for LinuxBackend {
             owner: live(record.keeper.as_ref()),
             guest: live(record.guest.as_ref()),
             disk_bytes: Some(runtime + state + layer),
+            incompatible: incompatible(record),
             exit_note: fs::read_to_string(record.paths.state_dir.join(EXIT_NOTE))
                 .ok()
                 .map(|s| s.trim().to_owned()),
@@ -469,15 +494,21 @@ impl LinuxStarting {
             .stdout
             .read_line(&mut line)
             .map_err(io_err("cannot read the keeper's report from", &self.log))?;
-        let report: Option<KeeperReport> = (n > 0)
-            .then(|| serde_json::from_str(line.trim()).ok())
-            .flatten();
-        match report {
-            Some(KeeperReport::Ready {
+        if n == 0 {
+            return Err(BackendError::OwnerExited {
+                log: self.log.clone(),
+                last_line: log_tail(&self.log),
+            });
+        }
+        // The version first: a keeper of another airlock is never misread.
+        let report: KeeperReport =
+            crate::wire::decode(line.trim().as_bytes()).map_err(BackendError::Version)?;
+        match report.outcome {
+            KeeperOutcome::Ready {
                 guest_pid,
                 init_pid,
                 timings,
-            }) => {
+            } => {
                 let proven = |pid: u32, what: &'static str| {
                     settled_identity(pid).map_err(|source| BackendError::Identity {
                         what,
@@ -490,6 +521,7 @@ impl LinuxStarting {
                 let data = LinuxData {
                     init: Some(init),
                     cgroup_name: self.cgroup_name.clone(),
+                    host_version: report.version,
                 };
                 Ok(Ready {
                     guest,
@@ -497,11 +529,7 @@ impl LinuxStarting {
                     timings,
                 })
             }
-            Some(KeeperReport::Failed(failure)) => Err(BackendError::Start(failure)),
-            None => Err(BackendError::OwnerExited {
-                log: self.log.clone(),
-                last_line: log_tail(&self.log),
-            }),
+            KeeperOutcome::Failed(failure) => Err(BackendError::Start(failure)),
         }
     }
 }
@@ -515,4 +543,56 @@ fn log_tail(path: &Path) -> String {
         .find(|l| !l.trim().is_empty())
         .unwrap_or("(empty)")
         .to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `up`'s wait on a "keeper" that prints `line` as its report.
+    fn wait_for_report(line: &str) -> Result<Ready, BackendError> {
+        let mut child = Command::new("sh")
+            .args(["-c", "printf '%s\\n' \"$1\"", "sh", line])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let owner = ownership::process_identity(std::process::id()).unwrap();
+        let mut starting = LinuxStarting {
+            _child: child,
+            stdout: BufReader::new(stdout),
+            owner,
+            log: PathBuf::from("/nonexistent/keeper.log"),
+            cgroup_name: "t".into(),
+        };
+        starting.wait(Instant::now() + Duration::from_secs(10), &|| false)
+    }
+
+    #[test]
+    fn a_keeper_answering_another_or_no_protocol_version_is_refused_not_misread() {
+        // A newer keeper's report, shaped like ours except for the version.
+        let me = std::process::id();
+        let newer = format!(
+            r#"{{"version":{},"outcome":{{"ready":{{"guest_pid":{me},"init_pid":{me},"timings":[]}}}}}}"#,
+            HOST_VERSION + 1
+        );
+        match wait_for_report(&newer) {
+            Err(BackendError::Version(airlock_protocol::host::HostVersionError::Other {
+                found,
+            })) => assert_eq!(found, HOST_VERSION + 1),
+            other => panic!("a newer keeper's report was read: {other:?}"),
+        }
+        // What a keeper from before versioning printed.
+        let older = format!(r#"{{"Ready":{{"guest_pid":{me},"init_pid":{me},"timings":[]}}}}"#);
+        match wait_for_report(&older) {
+            Err(BackendError::Version(airlock_protocol::host::HostVersionError::Unversioned)) => {}
+            other => panic!("an older keeper's report was read: {other:?}"),
+        }
+        // Ours is read, and the version is recorded for `status`.
+        let ours = format!(
+            r#"{{"version":{HOST_VERSION},"outcome":{{"ready":{{"guest_pid":{me},"init_pid":{me},"timings":[]}}}}}}"#
+        );
+        let ready = wait_for_report(&ours).expect("our own report");
+        assert_eq!(ready.backend_data["host_version"], HOST_VERSION);
+    }
 }

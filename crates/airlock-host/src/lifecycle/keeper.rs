@@ -46,7 +46,7 @@ use crate::error::HostError;
 use crate::run::limits::{self, RunCgroup};
 use crate::run::start_error;
 use crate::wire::{
-    KeeperReport, StartRequest, MODE_DETACHED, MODE_RELOAD, MODE_STREAM, START_FILE,
+    KeeperOutcome, KeeperReport, StartRequest, MODE_DETACHED, MODE_RELOAD, MODE_STREAM, START_FILE,
 };
 
 /// How long a client has to send its mode byte (and request) before it is dropped.
@@ -70,7 +70,7 @@ pub fn main(args: &[OsString]) -> i32 {
         }
     };
     let started = sandbox.timings;
-    let report = KeeperReport::Ready {
+    let report = KeeperReport::new(KeeperOutcome::Ready {
         guest_pid,
         init_pid: sandbox.init_pid(),
         timings: vec![
@@ -79,7 +79,7 @@ pub fn main(args: &[OsString]) -> i32 {
             ("backend.maps".into(), ms(started.maps)),
             ("backend.rootfs".into(), ms(started.rootfs)),
         ],
-    };
+    });
     let reported = report_line(&report)
         .and_then(|()| rustix::stdio::dup2_stdout(std::io::stderr()).map_err(Into::into));
     let note = match reported {
@@ -120,7 +120,7 @@ fn failed(code: &'static str, message: impl Into<String>) -> KeeperReport {
 
 /// A classified host failure (the limits, the sandbox's start), with its own code and hint.
 fn reported(e: HostError) -> KeeperReport {
-    KeeperReport::Failed(crate::error::to_start_failure(e))
+    KeeperReport::new(KeeperOutcome::Failed(crate::error::to_start_failure(e)))
 }
 
 /// The egress proxy child, shared by the supervision loop and reload requests.
@@ -136,7 +136,9 @@ fn start(state_dir: &Path) -> Result<Started, KeeperReport> {
             format!("cannot read {}: {e}", path.display()),
         )
     })?;
-    let req: StartRequest = serde_json::from_slice(&bytes).map_err(|e| {
+    // Written by the `up` that spawned us, normally this very binary; one replaced in between
+    // is refused rather than misread.
+    let req: StartRequest = crate::wire::decode(&bytes).map_err(|e| {
         failed(
             "keeper.start_request",
             format!("{} is not a start request: {e}", path.display()),

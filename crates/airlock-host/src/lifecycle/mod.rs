@@ -153,6 +153,8 @@ fn backend_error(e: BackendError) -> HostError {
             HostError::internal("backend.identity", message)
                 .with_hint("run `airlock doctor`; if it reports nothing, this is a bug in airlock")
         }
+        BackendError::Version(_) => HostError::new(ErrorKind::Failed, "keeper.version", message)
+            .with_hint("run `airlock down`, then `airlock up` with this airlock"),
         BackendError::Encode { .. } | BackendError::Marker { .. } | BackendError::Write { .. } => {
             HostError::internal("backend.io", message)
                 .with_hint("check the permissions of airlock's state and runtime directories")

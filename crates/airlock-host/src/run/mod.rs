@@ -191,7 +191,6 @@ fn start_egress(
     warn: limits::Warn,
 ) -> Result<RunEgress, HostError> {
     use crate::egress::{materialize, supervisor::ProxySupervisor};
-    use crate::wire::EgressStart;
     let base = roots.runtime.join("egress");
     ensure_root(roots, &base)?;
     airlock_linux::host::sweep_stale(&base);
@@ -226,7 +225,7 @@ fn start_egress(
     let run_dir = crate::lifecycle::runs::create_run_dir(&runs, &spec.id)?;
     let audit = run_dir.join(crate::paths::AUDIT_LOG_FILE);
     guard.state = Some((run_dir, logs));
-    let start = EgressStart::new(dir.clone(), project_root, audit);
+    let start = crate::wire::egress_start(dir.clone(), project_root, audit);
     let proxy = ProxySupervisor::launch(start).map_err(egress_error)?;
     guard.proxy = Some(proxy);
     if let Some(e) = spec.egress.as_mut() {

@@ -32,6 +32,46 @@ fn strip_descriptions(value: &mut serde_json::Value) {
     }
 }
 
+/// The host↔host messages (`airlock_protocol::host`): their version, the keeper's mode bytes
+/// and the JSON schema of each message. The start request's `spec` is the backend's own type.
+fn current_host_snapshot() -> String {
+    use airlock_protocol::host::{
+        KeeperReport, ProxyAnswer, ProxyStart, StartRequest, HOST_VERSION, MODE_DETACHED,
+        MODE_RELOAD, MODE_STREAM, PROXY_RELOAD,
+    };
+    let mut doc = serde_json::json!({
+        "version": HOST_VERSION,
+        "keeper_modes": {
+            "stream": (MODE_STREAM as char).to_string(),
+            "detached": (MODE_DETACHED as char).to_string(),
+            "reload": (MODE_RELOAD as char).to_string(),
+        },
+        "proxy_requests": [PROXY_RELOAD],
+        "start_request": schemars::schema_for!(StartRequest<serde_json::Value>),
+        "keeper_report": schemars::schema_for!(KeeperReport),
+        "proxy_start": schemars::schema_for!(ProxyStart),
+        "proxy_answer": schemars::schema_for!(ProxyAnswer),
+    });
+    strip_descriptions(&mut doc);
+    serde_json::to_string_pretty(&doc).expect("schema serializes") + "\n"
+}
+
+#[test]
+fn host_schema_matches_the_blessed_snapshot() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("schema/host.json");
+    let current = current_host_snapshot();
+    if std::env::var_os("BLESS").is_some() {
+        std::fs::write(&path, &current).expect("write snapshot");
+        return;
+    }
+    let blessed = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        blessed == current,
+        "the host protocol schema changed; bump HOST_VERSION and re-bless with \
+         `BLESS=1 cargo test -p airlock-protocol`.\n--- current ---\n{current}"
+    );
+}
+
 #[test]
 fn wire_schema_matches_the_blessed_snapshot() {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("schema/protocol.json");

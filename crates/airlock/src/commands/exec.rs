@@ -62,7 +62,7 @@ pub fn run(args: ExecArgs, ctx: &Context) -> Result<Report, CommandError> {
     let start_path = record.paths.state_dir.join(START_FILE);
     let start: StartRequest = std::fs::read(&start_path)
         .ok()
-        .and_then(|b| serde_json::from_slice(&b).ok())
+        .and_then(|b| airlock_host::wire::decode(&b).ok())
         .ok_or_else(|| {
             CommandError::internal(
                 "exec.state",

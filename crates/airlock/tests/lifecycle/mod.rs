@@ -9,6 +9,7 @@ mod names;
 mod reuse;
 mod teardown;
 mod unprivileged;
+mod versions;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

@@ -26,11 +26,34 @@ pub const CONTROL_FD: RawFd = 5;
 pub const FIRST_UNUSED_FD: u32 = 6;
 /// `argv[1]` of the init stage.
 pub const INIT_VERB: &str = "__init";
-/// Failure stages reported by the init stage: creating namespaces (the host cannot provide the
-/// backend), building the root filesystem, anything else.
-pub const STAGE_NAMESPACES: &str = "namespaces";
-pub const STAGE_ROOTFS: &str = "rootfs";
-pub const STAGE_INIT: &str = "init";
+/// The start stage a failure of the init stage belongs to; the host classifies by it (the
+/// first two mean this host cannot provide the backend).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    /// Creating the namespaces.
+    Namespaces,
+    /// Building the root filesystem.
+    Rootfs,
+    /// Anything else.
+    Init,
+}
+
+impl Stage {
+    /// Its name on the start handshake (`error <stage> <message>`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Stage::Namespaces => "namespaces",
+            Stage::Rootfs => "rootfs",
+            Stage::Init => "init",
+        }
+    }
+
+    fn parse(name: &str) -> Option<Stage> {
+        [Stage::Namespaces, Stage::Rootfs, Stage::Init]
+            .into_iter()
+            .find(|s| s.as_str() == name)
+    }
+}
 /// Most descriptors passed with one handshake line (the kernel's `SCM_MAX_FD` is 253).
 pub const MAX_PASSED_FDS: usize = 250;
 /// Length of the per-epoch key.
@@ -48,10 +71,9 @@ pub enum BootstrapError {
     Closed { expected: &'static str },
     #[error("unexpected start handshake message {got:?} while waiting for {expected}")]
     Unexpected { expected: &'static str, got: String },
-    /// The init stage reported a failure; `stage` is one of [`STAGE_NAMESPACES`],
-    /// [`STAGE_ROOTFS`], [`STAGE_INIT`].
+    /// The init stage reported a failure in `stage`.
     #[error("{message}")]
-    Remote { stage: String, message: String },
+    Remote { stage: Stage, message: String },
 }
 
 /// Everything the init stage needs to know, decided by the host.
@@ -211,10 +233,16 @@ impl Sync {
 
     fn parse_line(line: &str, expected: &'static str) -> Result<String, BootstrapError> {
         if let Some(text) = line.strip_prefix("error ") {
-            let (stage, message) = text.split_once(' ').unwrap_or((text, ""));
-            return Err(BootstrapError::Remote {
-                stage: stage.to_owned(),
-                message: message.to_owned(),
+            let (name, message) = text.split_once(' ').unwrap_or((text, ""));
+            return Err(match Stage::parse(name) {
+                Some(stage) => BootstrapError::Remote {
+                    stage,
+                    message: message.to_owned(),
+                },
+                None => BootstrapError::Unexpected {
+                    expected,
+                    got: line.chars().take(200).collect(),
+                },
             });
         }
         match line.strip_prefix(expected) {
@@ -242,7 +270,7 @@ mod tests {
             .unwrap();
         match host.expect("ready") {
             Err(BootstrapError::Remote { stage, message }) => {
-                assert_eq!(stage, STAGE_ROOTFS);
+                assert_eq!(stage, Stage::Rootfs);
                 assert_eq!(message, "cannot mount proc on two lines");
             }
             other => panic!("{other:?}"),

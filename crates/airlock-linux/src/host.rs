@@ -76,7 +76,7 @@ pub enum StartError {
         source: BootstrapError,
     },
     #[error("cannot apply the sandbox's resource limits: {0}")]
-    Limits(String),
+    Limits(#[source] crate::cgroup::CgroupError),
 }
 
 type ScanThread = std::thread::JoinHandle<Result<Vec<idmounts::Unreadable>, IdMountError>>;
@@ -133,7 +133,7 @@ pub struct Sandbox {
 
 /// Hook run between `unshared` and `mapped`: joins the sandbox's cgroup, for example. It gets the
 /// host pid of the init stage (PID 1 will be its child and inherit the cgroup).
-pub type JoinHook<'a> = &'a mut dyn FnMut(u32) -> Result<(), String>;
+pub type JoinHook<'a> = &'a mut dyn FnMut(u32) -> Result<(), crate::cgroup::CgroupError>;
 
 impl Sandbox {
     /// Starts a sandbox (see the module docs for the sequence).

@@ -31,8 +31,7 @@ use rustix::process::{set_parent_process_death_signal, Gid, Signal, Uid};
 use thiserror::Error;
 
 use crate::bootstrap::{
-    Bootstrap, BootstrapError, Sync, CONTROL_FD, FIRST_UNUSED_FD, STAGE_INIT, STAGE_NAMESPACES,
-    STAGE_ROOTFS, SYNC_FD,
+    Bootstrap, BootstrapError, Stage, Sync, CONTROL_FD, FIRST_UNUSED_FD, SYNC_FD,
 };
 use crate::idmounts::{IdMountError, Received};
 use crate::rootfs::{self, RootfsError};
@@ -64,17 +63,17 @@ pub enum InitError {
 
 impl InitError {
     /// Which start stage failed, for the host's classification (see `bootstrap.rs`).
-    pub fn stage(&self) -> &'static str {
+    pub fn stage(&self) -> Stage {
         match self {
             InitError::Syscall { syscall, .. } if syscall.starts_with("unshare") => {
-                STAGE_NAMESPACES
+                Stage::Namespaces
             }
-            InitError::Rootfs(_) | InitError::IdMount(_) => STAGE_ROOTFS,
+            InitError::Rootfs(_) | InitError::IdMount(_) => Stage::Rootfs,
             InitError::Syscall { .. }
             | InitError::ParentGone
             | InitError::Bootstrap(_)
             | InitError::BadKey
-            | InitError::Preflight(_) => STAGE_INIT,
+            | InitError::Preflight(_) => Stage::Init,
         }
     }
 }
@@ -119,7 +118,7 @@ pub fn run<T>(preflight: impl FnOnce() -> Result<T, String>) -> Result<(Handoff,
     match prepare(&mut sync, control, preflight) {
         Ok(handoff) => Ok(handoff),
         Err(e) => {
-            let _ = sync.send(&format!("error {} {e}", e.stage()));
+            let _ = sync.send(&format!("error {} {e}", e.stage().as_str()));
             Err(e)
         }
     }

@@ -18,7 +18,7 @@ use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
 use airlock_config::{env_vars, Effective, Roots};
-use airlock_linux::bootstrap::{BootstrapError, STAGE_INIT, STAGE_NAMESPACES, STAGE_ROOTFS};
+use airlock_linux::bootstrap::{BootstrapError, Stage};
 use airlock_linux::host::{Sandbox, StartError, StartOptions};
 use airlock_linux::spec::{HostUser, Image, Limit, Limits, Mapping, SandboxSpec};
 
@@ -512,18 +512,22 @@ pub fn start_error(e: StartError) -> HostError {
         )
         .with_hint(doctor),
         StartError::Init { source } => match source {
-            BootstrapError::Remote { stage, message } if stage == STAGE_NAMESPACES => {
-                HostError::new(
-                    ErrorKind::BackendUnavailable,
-                    "backend.namespaces",
-                    format!(
-                        "this host does not let airlock create the sandbox's namespaces \
+            BootstrapError::Remote {
+                stage: Stage::Namespaces,
+                message,
+            } => HostError::new(
+                ErrorKind::BackendUnavailable,
+                "backend.namespaces",
+                format!(
+                    "this host does not let airlock create the sandbox's namespaces \
                          (user, mount, pid, net, uts, ipc, cgroup): {message}"
-                    ),
-                )
-                .with_hint(doctor)
-            }
-            BootstrapError::Remote { stage, message } if stage == STAGE_ROOTFS => HostError::new(
+                ),
+            )
+            .with_hint(doctor),
+            BootstrapError::Remote {
+                stage: Stage::Rootfs,
+                message,
+            } => HostError::new(
                 ErrorKind::BackendUnavailable,
                 "backend.rootfs",
                 format!(
@@ -532,11 +536,10 @@ pub fn start_error(e: StartError) -> HostError {
                 ),
             )
             .with_hint(doctor),
-            BootstrapError::Remote { stage, .. } => {
-                debug_assert!(stage == STAGE_INIT || !stage.is_empty());
-                HostError::internal("run.start", e.to_string()).with_hint(doctor)
+            BootstrapError::Remote {
+                stage: Stage::Init, ..
             }
-            BootstrapError::Read(_)
+            | BootstrapError::Read(_)
             | BootstrapError::Decode(_)
             | BootstrapError::Sync(_)
             | BootstrapError::Closed { .. }

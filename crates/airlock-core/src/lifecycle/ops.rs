@@ -289,7 +289,13 @@ pub fn up<B: Backend>(
         Err(e) => {
             let result = match &e {
                 LifecycleError::Cancelled { .. } => OperationResult::Cancelled,
-                _ => OperationResult::Failed {
+                LifecycleError::Lock(_)
+                | LifecycleError::State(_)
+                | LifecycleError::Backend(_)
+                | LifecycleError::Ownership(_)
+                | LifecycleError::CreateDir { .. }
+                | LifecycleError::PlanChanged { .. }
+                | LifecycleError::Blocked { .. } => OperationResult::Failed {
                     message: e.to_string(),
                 },
             };

@@ -69,12 +69,12 @@ async fn run() -> i32 {
     };
     let loaded = match Loaded::load(&start) {
         Ok(loaded) => loaded,
-        Err(e) => return answer_fatal(&e),
+        Err(e) => return answer_fatal(&e.to_string()),
     };
     let fixed = loaded.fixed();
     let handle = match serve(&start, loaded).await {
         Ok(handle) => handle,
-        Err(e) => return answer_fatal(&e),
+        Err(e) => return answer_fatal(&e.to_string()),
     };
     if answer(&ProxyAnswer::Ready).is_err() {
         return 1;
@@ -88,7 +88,9 @@ async fn run() -> i32 {
                     handle.update(l.network.policy(), l.bindings);
                     ProxyAnswer::Ok
                 }
-                Err(e) => ProxyAnswer::Error { message: e },
+                Err(e) => ProxyAnswer::Error {
+                    message: e.to_string(),
+                },
             },
             other => ProxyAnswer::Error {
                 message: format!("unknown request {other:?}"),
@@ -124,6 +126,28 @@ fn answer_fatal(message: &str) -> i32 {
     1
 }
 
+/// Why the proxy child cannot start or reload; its text is what the owner reports.
+#[derive(Debug, thiserror::Error)]
+enum ChildError {
+    #[error("{0}")]
+    Roots(#[from] airlock_config::roots::RootsError),
+    #[error("{0}")]
+    Project(#[from] airlock_config::project::ProjectError),
+    /// The network configuration in force does not load.
+    #[error("{}", .0.message)]
+    Config(crate::error::HostError),
+    #[error("{0}")]
+    Secrets(#[from] airlock_secrets::store::SecretError),
+    #[error("{0}")]
+    Proxy(#[from] airlock_proxy::server::ProxyError),
+    #[error("cannot listen on {}: {source}", path.display())]
+    Listen {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
 /// The configuration in force now.
 struct Loaded {
     roots: Roots,
@@ -145,7 +169,7 @@ impl Loaded {
         )
     }
 
-    fn load(start: &EgressStart) -> Result<Loaded, String> {
+    fn load(start: &EgressStart) -> Result<Loaded, ChildError> {
         let lookup = |k: &str| {
             start
                 .env
@@ -153,19 +177,17 @@ impl Loaded {
                 .find(|(n, _)| n == k)
                 .map(|(_, v)| OsString::from(v))
         };
-        let roots = Roots::from_env(lookup).map_err(|e| e.to_string())?;
+        let roots = Roots::from_env(lookup)?;
         let project = match &start.project_root {
             // Exactly the sandbox's root, never an enclosing project (C7).
-            Some(root) => Some(airlock_config::project::at_root(root).map_err(|e| e.to_string())?),
+            Some(root) => Some(airlock_config::project::at_root(root)?),
             None => None,
         };
         let mut notes = Vec::new();
         let network = crate::config::current_network(&roots, project, &mut notes)
-            .map_err(|e| e.message.clone())?;
+            .map_err(ChildError::Config)?;
         let bindings = if roots.data.join("secrets").exists() {
-            SecretStore::open(&roots.data)
-                .and_then(|s| s.bindings())
-                .map_err(|e| e.to_string())?
+            SecretStore::open(&roots.data).and_then(|s| s.bindings())?
         } else {
             SecretBindings::empty()
         };
@@ -178,7 +200,7 @@ impl Loaded {
 }
 
 /// Binds the sockets and starts the proxy and the connectors on the current runtime.
-async fn serve(start: &EgressStart, loaded: Loaded) -> Result<ProxyHandle, String> {
+async fn serve(start: &EgressStart, loaded: Loaded) -> Result<ProxyHandle, ChildError> {
     let listener = bind(&start.dir.join(PROXY_SOCKET))?;
     let cfg = ProxyConfig::from_network(
         &loaded.network,
@@ -186,7 +208,7 @@ async fn serve(start: &EgressStart, loaded: Loaded) -> Result<ProxyHandle, Strin
         start.audit_path.clone(),
         ca_dir(&loaded.roots.data),
     );
-    let handle = Proxy::start(cfg, ProxyListener::Unix(listener)).map_err(|e| e.to_string())?;
+    let handle = Proxy::start(cfg, ProxyListener::Unix(listener))?;
     for hp in &loaded.network.host_ports {
         let listener = bind(&start.dir.join(port_socket(hp.port)))?;
         tokio::spawn(connector(listener, hp.port));
@@ -195,9 +217,12 @@ async fn serve(start: &EgressStart, loaded: Loaded) -> Result<ProxyHandle, Strin
 }
 
 /// Binds a fresh socket at `path` (a stale one from a dead predecessor is replaced), 0600.
-fn bind(path: &Path) -> Result<UnixListener, String> {
+fn bind(path: &Path) -> Result<UnixListener, ChildError> {
     let _ = std::fs::remove_file(path);
-    let fail = |e: std::io::Error| format!("cannot listen on {}: {e}", path.display());
+    let fail = |source: std::io::Error| ChildError::Listen {
+        path: path.to_path_buf(),
+        source,
+    };
     let listener = with_socket_path(path, |p| UnixListener::bind(p)).map_err(fail)?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(fail)?;
     Ok(listener)

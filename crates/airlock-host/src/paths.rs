@@ -1,6 +1,6 @@
 //! Where airlock keeps its files: the per-user roots created as private directories, and the
-//! names of the state and runtime files the verbs share (the rest are next to their owners:
-//! the keeper's in [`crate::lifecycle::backend`], the proxy's in [`crate::egress`]).
+//! name of every state and runtime file airlock writes (one place, so a newcomer finds them
+//! all here).
 
 use std::path::{Path, PathBuf};
 
@@ -12,6 +12,44 @@ use crate::error::HostError;
 
 /// The audit log's file name inside a sandbox's state directory (and a run's directory).
 pub const AUDIT_LOG_FILE: &str = "audit.jsonl";
+
+/// In a persistent sandbox's state directory: the keeper's start request (written by `up`).
+pub const START_FILE: &str = "start.json";
+/// In a persistent sandbox's state directory: the keeper's log (its stderr, then its stdout).
+pub const LOG_FILE: &str = "keeper.log";
+/// In a persistent sandbox's state directory: why its keeper stopped, for `status`.
+pub const EXIT_NOTE: &str = "exit-note";
+/// In a persistent sandbox's runtime directory: the keeper's control socket.
+pub const SOCKET: &str = "control.sock";
+/// In a persistent sandbox's runtime directory: its egress directory.
+pub const EGRESS_DIR: &str = "egress";
+
+/// In an egress directory: the proxy's socket.
+pub const PROXY_SOCKET: &str = "proxy.sock";
+/// In an egress directory: the interception CA's public certificate.
+pub const CA_CERT: &str = "ca.crt";
+/// In an egress directory: the image's system bundle plus [`CA_CERT`].
+pub const CA_BUNDLE: &str = "ca-bundle.crt";
+
+/// In an egress directory: the connector socket of host loopback port `port` (N10).
+pub fn port_socket(port: u16) -> String {
+    format!("port-{port}.sock")
+}
+
+/// Where the per-installation interception CA lives (shared by every sandbox of the user).
+pub fn ca_dir(data_root: &Path) -> PathBuf {
+    data_root.join("proxy-ca")
+}
+
+/// `<state>/runs`: the state of `run`s in progress (see `lifecycle::runs`).
+pub fn runs_root(state_root: &Path) -> PathBuf {
+    state_root.join("runs")
+}
+
+/// `<state>/run-logs`: the audit logs kept of finished `run`s.
+pub fn run_logs_root(state_root: &Path) -> PathBuf {
+    state_root.join("run-logs")
+}
 
 /// Where the keeper writes, and `policy log` reads, the audit log of a sandbox.
 pub fn audit_log_path(paths: &SandboxPaths) -> PathBuf {

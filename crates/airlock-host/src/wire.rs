@@ -17,8 +17,7 @@ pub use airlock_protocol::host::{
 
 /// The hidden verb of the keeper.
 pub const KEEPER_VERB: &str = "__keeper";
-/// The keeper's start request ([`StartRequest`]), in the sandbox's state directory.
-pub const START_FILE: &str = "start.json";
+pub use crate::paths::START_FILE;
 /// The hidden verb of the proxy child.
 pub const PROXY_VERB: &str = "__proxy";
 

@@ -33,21 +33,8 @@ use airlock_linux::spec::{Egress, Relay, SandboxSpec, EGRESS_DIR, SYSTEM_CA_BUND
 
 use crate::error::{ErrorKind, HostError};
 
+pub use crate::paths::{ca_dir, port_socket, CA_BUNDLE, CA_CERT, PROXY_SOCKET};
 pub use airlock_config::env_vars::PROXY_PORT;
-/// Files in the egress directory.
-pub const PROXY_SOCKET: &str = "proxy.sock";
-pub const CA_CERT: &str = "ca.crt";
-pub const CA_BUNDLE: &str = "ca-bundle.crt";
-
-/// The connector socket of host loopback port `port` (N10).
-pub fn port_socket(port: u16) -> String {
-    format!("port-{port}.sock")
-}
-
-/// Where the per-installation interception CA lives (shared by every sandbox of the user).
-pub fn ca_dir(data_root: &Path) -> PathBuf {
-    data_root.join("proxy-ca")
-}
 
 /// Adds the egress part to `spec`: the proxy variables (N1), the CA bundle variables (N6), one
 /// placeholder per secret (N5) and the relays (N1, N10). `spec.egress.host_dir` is left empty:

@@ -26,17 +26,11 @@ use airlock_core::records::{ProcessIdentity, SandboxRecord};
 use airlock_linux::spec::SandboxSpec;
 use serde::{Deserialize, Serialize};
 
+use crate::paths::START_FILE;
+pub use crate::paths::{EGRESS_DIR, EXIT_NOTE, LOG_FILE, SOCKET};
 use crate::wire::{
-    egress_start, KeeperOutcome, KeeperReport, StartRequest, HOST_VERSION, KEEPER_VERB,
-    MODE_STREAM, START_FILE,
+    egress_start, KeeperOutcome, KeeperReport, StartRequest, HOST_VERSION, KEEPER_VERB, MODE_STREAM,
 };
-
-/// Files inside the directories above.
-pub const LOG_FILE: &str = "keeper.log";
-pub const EXIT_NOTE: &str = "exit-note";
-pub const SOCKET: &str = "control.sock";
-/// The egress directory inside a sandbox's runtime directory.
-pub const EGRESS_DIR: &str = "egress";
 
 /// Longest socket path `sockaddr_un` holds safely (108 bytes with the terminating NUL).
 const SUN_PATH_MAX: usize = 100;

@@ -31,10 +31,7 @@ use crate::error::HostError;
 /// The file naming the `run` process that owns a `<state>/runs/<id>/` directory.
 pub const OWNER_MARKER: &str = ".airlock-run-owner";
 
-/// `<state>/runs`.
-pub fn runs_root(state_root: &Path) -> PathBuf {
-    state_root.join("runs")
-}
+pub use crate::paths::{run_logs_root, runs_root};
 
 /// Creates `<runs>/<id>/` (0700, must not exist) with this process's owner marker; returns it.
 /// The caller has made `runs` a private root already.
@@ -67,11 +64,6 @@ pub fn create_run_dir(runs: &Path, id: &str) -> Result<PathBuf, HostError> {
 
 /// How many finished runs' audit logs `<state>/run-logs` keeps.
 pub const KEPT_RUN_LOGS: usize = 20;
-
-/// `<state>/run-logs`.
-pub fn run_logs_root(state_root: &Path) -> PathBuf {
-    state_root.join("run-logs")
-}
 
 /// Ends this process's own run directory `dir` (created by [`create_run_dir`]): moves it to
 /// `logs/<id>` when it holds a non-empty audit log (and prunes `logs` to the newest

@@ -58,3 +58,45 @@ fn a_sandbox_recorded_by_a_newer_airlock_is_stale_and_down_stops_it() {
 fn a_sandbox_recorded_by_an_airlock_before_versioning_is_stale_and_down_stops_it() {
     stale_then_stopped_by_down(None);
 }
+
+/// An upgrade: `up` ran from a binary that was then deleted and replaced by another airlock
+/// version. The new binary still proves the old keeper is this sandbox's (pid, start time,
+/// command line; the keeper runs `/proc/self/exe`, which keeps the deleted file's inode), calls
+/// the sandbox stale, and `down` stops it.
+#[test]
+fn down_stops_a_keeper_whose_binary_was_replaced_by_another_version() {
+    use std::os::unix::fs::PermissionsExt;
+    let p = Project::new();
+    let old = p.env.root().join("old-airlock");
+    std::fs::copy(crate::common::AIRLOCK, &old).unwrap();
+    std::fs::set_permissions(&old, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let up = crate::common::Run::from(
+        p.env
+            .command_for(old.as_os_str(), &p.dir)
+            .args(["up", "--no-attach", "--json"])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap(),
+    );
+    up.assert_code(0);
+    let name = up.json()["name"].as_str().unwrap().to_owned();
+    let keeper = p.record(&name).unwrap()["keeper"]["pid"].as_u64().unwrap();
+    // The upgrade: the old file is gone, and the old keeper spoke another protocol version.
+    std::fs::remove_file(&old).unwrap();
+    std::fs::write(&old, b"#!/bin/sh\nexit 99\n").unwrap();
+    pretend_keeper_version(&p, &name, Some(99));
+    let exe = std::fs::read_link(format!("/proc/{keeper}/exe")).unwrap();
+    assert!(
+        exe.to_string_lossy().ends_with("(deleted)"),
+        "{}",
+        exe.display()
+    );
+
+    assert_eq!(p.health(), "stale");
+    p.run(&["down"]).assert_code(0);
+    assert!(
+        !alive(keeper),
+        "down left the replaced binary's keeper running"
+    );
+    assert_eq!(p.health(), "absent");
+}

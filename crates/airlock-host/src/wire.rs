@@ -10,9 +10,9 @@ use std::path::PathBuf;
 use airlock_config::env_vars;
 use airlock_linux::spec::SandboxSpec;
 pub use airlock_protocol::host::{
-    check_version, decode, FailureClass, HostVersionError, KeeperOutcome, KeeperReport,
-    ProxyAnswer, ProxyStart, StartFailure, HOST_VERSION, MODE_DETACHED, MODE_RELOAD, MODE_STREAM,
-    PROXY_RELOAD,
+    check_version, decode, FailureClass, HostVersionError, KeeperAnswer, KeeperOutcome,
+    KeeperReport, ProxyAnswer, ProxyStart, StartFailure, HOST_VERSION, MODE_DETACHED, MODE_RELOAD,
+    MODE_STREAM, PROXY_RELOAD,
 };
 
 /// The hidden verb of the keeper.

@@ -26,10 +26,10 @@ pub const HOST_VERSION: u32 = 1;
 /// First byte a client sends: hand my connection to the guest.
 pub const MODE_STREAM: u8 = b'S';
 /// First byte a client sends: run the request that follows (one JSON line) detached, owned by
-/// the keeper; it answers `ok <pid>` or `error: …`.
+/// the keeper; it answers one [`KeeperAnswer`] line, `started` or `error`.
 pub const MODE_DETACHED: u8 = b'D';
 /// First byte a client sends: reload the egress proxy's policy and secrets; the keeper answers
-/// one line, `ok` or `error: …`.
+/// one [`KeeperAnswer`] line, `ok` or `error`.
 pub const MODE_RELOAD: u8 = b'R';
 
 /// The line an owner sends a proxy child to have it reload policy and secrets.
@@ -140,6 +140,18 @@ pub enum FailureClass {
     Config,
     /// Infrastructure or a bug (exit 70).
     Internal,
+}
+
+/// A keeper's answer to a `D` or `R` request, one JSON line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum KeeperAnswer {
+    /// The detached command started; its process id inside the sandbox.
+    Started { pid: u32 },
+    /// The reload was applied.
+    Ok,
+    /// The request failed.
+    Error { message: String },
 }
 
 /// What the proxy child needs to start (the first line of its stdin, never on disk inside the

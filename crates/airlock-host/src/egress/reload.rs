@@ -11,7 +11,7 @@ use std::time::Duration;
 use airlock_core::names::SandboxName;
 
 use crate::lifecycle::backend::{with_socket_path, SOCKET};
-use crate::wire::MODE_RELOAD;
+use crate::wire::{KeeperAnswer, MODE_RELOAD};
 
 /// How long one keeper may take to answer (its proxy answers within its own bound).
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(20);
@@ -43,9 +43,15 @@ fn ask(socket: &Path) -> Result<(), String> {
     conn.write_all(&[MODE_RELOAD]).map_err(io)?;
     let mut line = String::new();
     BufReader::new(conn).read_line(&mut line).map_err(io)?;
-    match line.trim_end() {
-        "ok" => Ok(()),
-        "" => Err("its keeper closed the connection without an answer".to_owned()),
-        other => Err(other.strip_prefix("error: ").unwrap_or(other).to_owned()),
+    if line.trim_end().is_empty() {
+        return Err("its keeper closed the connection without an answer".to_owned());
+    }
+    match serde_json::from_str(line.trim_end()) {
+        Ok(KeeperAnswer::Ok) => Ok(()),
+        Ok(KeeperAnswer::Error { message }) => Err(message),
+        Ok(KeeperAnswer::Started { .. }) | Err(_) => Err(format!(
+            "its keeper answered {:?}, not a reload's answer",
+            line.trim_end()
+        )),
     }
 }

@@ -22,7 +22,7 @@
 //! proxy serves too. The serve loop wakes at least every 500 ms and restarts a dead proxy (the sandbox is
 //! offline meanwhile: its relays find no listener); a restart loads the policy and secrets in
 //! force then. Mode `R` (`policy allow|deny`, `secret set|rm`) makes the proxy reload them and
-//! answers `ok` or `error: …`. Restarts happen on the main thread only, because the child's
+//! answers `ok` or `error` (a `KeeperAnswer` JSON line). Restarts happen on the main thread only, because the child's
 //! `PR_SET_PDEATHSIG` follows the thread that spawned it.
 
 use std::ffi::OsString;
@@ -46,7 +46,8 @@ use crate::error::HostError;
 use crate::run::limits::{self, RunCgroup};
 use crate::run::start_error;
 use crate::wire::{
-    KeeperOutcome, KeeperReport, StartRequest, MODE_DETACHED, MODE_RELOAD, MODE_STREAM, START_FILE,
+    KeeperAnswer, KeeperOutcome, KeeperReport, StartRequest, MODE_DETACHED, MODE_RELOAD,
+    MODE_STREAM, START_FILE,
 };
 
 /// How long a client has to send its mode byte (and request) before it is dropped.
@@ -250,22 +251,33 @@ fn reload(mut conn: UnixStream, proxy: &SharedProxy) -> std::io::Result<()> {
     let answer = {
         let mut slot = proxy.lock().unwrap_or_else(|p| p.into_inner());
         match slot.as_mut() {
-            None => "error: this sandbox has no egress proxy".to_owned(),
+            None => KeeperAnswer::Error {
+                message: "this sandbox has no egress proxy".to_owned(),
+            },
             // A dead proxy is restarted by the main thread (PDEATHSIG binds the child to the
             // thread that spawned it) and then loads the current configuration by itself.
             Some(sup) => {
                 if sup.is_alive() {
                     match sup.reload() {
-                        Ok(()) => "ok".to_owned(),
-                        Err(e) => format!("error: {}", e.to_string().replace('\n', " ")),
+                        Ok(()) => KeeperAnswer::Ok,
+                        Err(e) => KeeperAnswer::Error {
+                            message: e.to_string(),
+                        },
                     }
                 } else {
-                    "ok".to_owned()
+                    KeeperAnswer::Ok
                 }
             }
         }
     };
-    conn.write_all(format!("{answer}\n").as_bytes())
+    send_answer(&mut conn, &answer)
+}
+
+/// One [`KeeperAnswer`] line to a client.
+fn send_answer(conn: &mut UnixStream, answer: &KeeperAnswer) -> std::io::Result<()> {
+    let mut line = serde_json::to_vec(answer).map_err(std::io::Error::other)?;
+    line.push(b'\n');
+    conn.write_all(&line)
 }
 
 /// PID 1 is the init stage's only child.
@@ -400,26 +412,27 @@ fn serve_client(
 
 /// Runs one request whose client does not wait: the keeper holds its stream (output discarded)
 /// until the process ends, so it keeps running after `exec -d` returned. The client is told
-/// `ok <pid>` once the guest reports the process started, or `error: …` when it could not.
+/// `started` once the guest reports the process started, or `error` when it could not.
 fn run_detached(conn: UnixStream, control: &OwnedFd, key: [u8; 32]) -> std::io::Result<()> {
     use airlock_protocol::{host_handshake, read_packet, Message, Packet, VersionRange};
     let mut reader = BufReader::new(conn.try_clone()?);
     let mut line = String::new();
     reader.read_line(&mut line)?;
     let mut conn = conn;
-    let mut reply = |text: &str| conn.write_all(format!("{text}\n").as_bytes());
+    let mut reply = |answer: KeeperAnswer| send_answer(&mut conn, &answer);
+    let error = |message: String| KeeperAnswer::Error { message };
     let request: ExecRequest = match serde_json::from_str(line.trim()) {
         Ok(r) => r,
-        Err(e) => return reply(&format!("error: bad request: {e}")),
+        Err(e) => return reply(error(format!("bad request: {e}"))),
     };
     let mut stream =
         airlock_protocol::open_stream(control.as_fd()).map_err(std::io::Error::other)?;
     if let Err(e) = host_handshake(&mut stream, &Key::from_bytes(key), VersionRange::CURRENT) {
-        return reply(&format!("error: {e}"));
+        return reply(error(e.to_string()));
     }
     match start_detached(&mut stream, request) {
-        Ok(pid) => reply(&format!("ok {pid}"))?,
-        Err(e) => return reply(&format!("error: {e}")),
+        Ok(pid) => reply(KeeperAnswer::Started { pid })?,
+        Err(e) => return reply(error(e)),
     }
     // Hold the stream (discarding output) until the process reports its end.
     loop {

@@ -36,8 +36,8 @@ fn strip_descriptions(value: &mut serde_json::Value) {
 /// and the JSON schema of each message. The start request's `spec` is the backend's own type.
 fn current_host_snapshot() -> String {
     use airlock_protocol::host::{
-        KeeperReport, ProxyAnswer, ProxyStart, StartRequest, HOST_VERSION, MODE_DETACHED,
-        MODE_RELOAD, MODE_STREAM, PROXY_RELOAD,
+        KeeperAnswer, KeeperReport, ProxyAnswer, ProxyStart, StartRequest, HOST_VERSION,
+        MODE_DETACHED, MODE_RELOAD, MODE_STREAM, PROXY_RELOAD,
     };
     let mut doc = serde_json::json!({
         "version": HOST_VERSION,
@@ -49,6 +49,7 @@ fn current_host_snapshot() -> String {
         "proxy_requests": [PROXY_RELOAD],
         "start_request": schemars::schema_for!(StartRequest<serde_json::Value>),
         "keeper_report": schemars::schema_for!(KeeperReport),
+        "keeper_answer": schemars::schema_for!(KeeperAnswer),
         "proxy_start": schemars::schema_for!(ProxyStart),
         "proxy_answer": schemars::schema_for!(ProxyAnswer),
     });

@@ -15,7 +15,7 @@ use std::io::{BufRead, BufReader, Write};
 use airlock_core::backend::Backend;
 use airlock_core::lifecycle::{self, Health};
 use airlock_host::lifecycle::backend::{with_socket_path, SOCKET};
-use airlock_host::wire::{StartRequest, MODE_DETACHED, START_FILE};
+use airlock_host::wire::{KeeperAnswer, StartRequest, MODE_DETACHED, START_FILE};
 use airlock_protocol::ExecRequest;
 use clap::Args;
 
@@ -129,29 +129,25 @@ fn detached(socket: &std::path::Path, request: &ExecRequest) -> Result<u32, Comm
     let mut reply = String::new();
     BufReader::new(conn).read_line(&mut reply).map_err(fail)?;
     let reply = reply.trim();
-    if let Some(pid) = reply.strip_prefix("ok ").and_then(|p| p.parse().ok()) {
-        return Ok(pid);
-    }
-    let (code, message, hint) = if reply.starts_with("ok") {
-        (
-            "exec.detached_reply",
-            format!(
-                "the command started, but the sandbox's keeper did not report its process id \
-                 (reply {:?})",
-                crate::output::escape_untrusted(reply)
-            ),
-            "a keeper started by another airlock version is still running: `airlock down`, \
-             then `airlock up`",
-        )
-    } else {
-        (
+    let (code, message, hint) = match serde_json::from_str(reply) {
+        Ok(KeeperAnswer::Started { pid }) => return Ok(pid),
+        Ok(KeeperAnswer::Error { message }) => (
             "exec.detached",
             format!(
                 "the sandbox refused the command: {}",
-                crate::output::escape_untrusted(reply)
+                crate::output::escape_untrusted(&message)
             ),
             "run it without -d to see its output",
-        )
+        ),
+        Ok(KeeperAnswer::Ok) | Err(_) => (
+            "exec.detached_reply",
+            format!(
+                "the sandbox's keeper gave no answer a detached command gets (reply {:?})",
+                crate::output::escape_untrusted(reply)
+            ),
+            "run `airlock status`; if it names another airlock version: `airlock down`, then \
+             `airlock up`",
+        ),
     };
     Err(CommandError::new(ErrorKind::Failed, code, message).with_hint(hint))
 }

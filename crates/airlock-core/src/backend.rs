@@ -59,7 +59,7 @@ pub enum BackendError {
     Version(airlock_protocol::host::HostVersionError),
     /// The system's random source failed.
     #[error("cannot read random bytes: {0}")]
-    Random(String),
+    Random(getrandom::Error),
     /// Host I/O on a named path failed.
     #[error("{what} {path}: {source}")]
     Io {

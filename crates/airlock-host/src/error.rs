@@ -107,3 +107,26 @@ pub fn to_start_failure(e: HostError) -> airlock_core::backend::StartFailure {
         hint: e.hint,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What the keeper reports is what `up` shows: same kind (so the same exit status), code,
+    /// message and hint, for every kind a start can fail with.
+    #[test]
+    fn a_keeper_failure_keeps_its_kind_code_and_hint_across_the_wire() {
+        for kind in [
+            ErrorKind::BackendUnavailable,
+            ErrorKind::Config,
+            ErrorKind::Internal,
+            ErrorKind::Failed,
+        ] {
+            let sent = HostError::new(kind, "backend.namespaces", "no namespaces")
+                .with_hint("run `airlock doctor`");
+            let line = serde_json::to_string(&to_start_failure(sent.clone())).unwrap();
+            let got = from_start_failure(serde_json::from_str(&line).unwrap());
+            assert_eq!(got, sent, "{line}");
+        }
+    }
+}

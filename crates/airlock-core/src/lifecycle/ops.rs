@@ -83,8 +83,7 @@ pub struct StatusReport {
 
 fn random_hex(bytes: usize) -> Result<String, LifecycleError> {
     let mut buf = vec![0u8; bytes];
-    getrandom::getrandom(&mut buf)
-        .map_err(|e| LifecycleError::Backend(BackendError::Random(e.to_string())))?;
+    getrandom::getrandom(&mut buf).map_err(|e| LifecycleError::Backend(BackendError::Random(e)))?;
     Ok(hex::encode(buf))
 }
 

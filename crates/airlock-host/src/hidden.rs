@@ -24,6 +24,7 @@ use airlock_linux::sys::process::Confinement;
 pub fn dispatch(args: &[OsString]) -> Option<i32> {
     let verb = args.get(1)?;
     if verb == airlock_linux::bootstrap::INIT_VERB && args.len() == 2 {
+        unblock_signals();
         return Some(init());
     }
     // The host-side owner of a persistent sandbox (`airlock up`); see crate::lifecycle.
@@ -32,9 +33,17 @@ pub fn dispatch(args: &[OsString]) -> Option<i32> {
     }
     // The egress proxy of one sandbox, supervised by its owner (crate::egress).
     if verb == crate::wire::PROXY_VERB && args.len() == 3 {
+        unblock_signals();
         return Some(crate::egress::child::main(args));
     }
     None
+}
+
+/// A signal mask survives exec, and `run`/`up` block the terminal's signals for their own
+/// handling before they start these processes: the sandbox (PID 1 forwards and the commands
+/// receive them) and the proxy child start from an empty mask. The keeper does the same.
+fn unblock_signals() {
+    let _ = nix::sys::signal::SigSet::all().thread_unblock();
 }
 
 /// The init stage; returns in PID 1 only, once the guest has stopped.

@@ -105,7 +105,11 @@ pub fn run_stream(
     interactive: bool,
 ) -> Result<i32, CommandError> {
     let client = ExecClient::connect(stream, key).map_err(client_error)?;
-    forward_signals(client.controller(), request.tty.is_some());
+    if let Some(sig) = forward_signals(client.controller(), request.tty.is_some()) {
+        // Interrupted while the sandbox started: the command is not run; the status is the
+        // one it would have had (128 + N), and the caller tears the sandbox down as usual.
+        return Ok(128 + sig as i32);
+    }
     // Without -i the command gets an immediately closed stdin. It is sent through the stdin
     // pump too (an empty reader) rather than inline, so a guest that refuses the request and
     // closes the stream first still has its typed error read instead of a broken pipe.
@@ -153,51 +157,97 @@ fn libc_sigpipe() -> i32 {
     Signal::SIGPIPE as i32
 }
 
-/// Forwards terminating signals (and window changes with a PTY) into the exec; the second
-/// terminating signal becomes SIGKILL for the command's process group. The signals are
-/// blocked in this thread before the forwarding thread starts, so every later thread inherits
-/// the mask and only the forwarder receives them.
-fn forward_signals(controller: airlock_protocol::ExecController, tty: bool) {
-    let mut set = SigSet::empty();
-    for s in [
-        Signal::SIGINT,
-        Signal::SIGTERM,
-        Signal::SIGHUP,
-        Signal::SIGQUIT,
-    ] {
-        set.add(s);
-    }
-    if tty {
-        set.add(Signal::SIGWINCH);
-    }
-    if set.thread_block().is_err() {
-        return;
-    }
-    std::thread::spawn(move || {
-        let mut terminations = 0u32;
-        loop {
-            let Ok(sig) = set.wait() else { return };
-            let sent = if sig == Signal::SIGWINCH {
-                match window_size() {
-                    Some(size) => controller.resize(size),
-                    None => Ok(()),
-                }
-            } else {
-                // A second Ctrl+C (or TERM/HUP/QUIT) means "stop now", even for a command that
-                // handles or ignores the first: its process group is killed.
-                terminations += 1;
-                let sig = if terminations > 1 {
-                    Signal::SIGKILL
-                } else {
-                    sig
-                };
-                controller.signal(sig as i32)
-            };
-            if sent.is_err() {
-                return;
+/// Where caught signals go: the command, once it exists.
+struct Relay {
+    controller: Option<airlock_protocol::ExecController>,
+    tty: bool,
+    /// A terminating signal that came before the command existed.
+    pending: Option<Signal>,
+    terminations: u32,
+}
+
+static RELAY: std::sync::OnceLock<std::sync::Arc<std::sync::Mutex<Relay>>> =
+    std::sync::OnceLock::new();
+
+/// Blocks SIGINT, SIGTERM, SIGHUP, SIGQUIT and SIGWINCH in this thread (call it from the main
+/// thread before any other thread starts, so every later thread inherits the mask; children
+/// start with an empty mask) and takes them in one thread from then on. A terminating signal
+/// goes to the command's process group once it runs (one that came earlier is held and sent
+/// as soon as it does); the second one becomes SIGKILL for that group, or, while there is no
+/// command yet, ends airlock at once (exit 130; the sandbox dies with it). SIGWINCH resizes a
+/// PTY. Idempotent.
+pub fn catch_signals() {
+    relay();
+}
+
+fn relay() -> std::sync::Arc<std::sync::Mutex<Relay>> {
+    RELAY
+        .get_or_init(|| {
+            let relay = std::sync::Arc::new(std::sync::Mutex::new(Relay {
+                controller: None,
+                tty: false,
+                pending: None,
+                terminations: 0,
+            }));
+            let mut set = SigSet::empty();
+            for s in [
+                Signal::SIGINT,
+                Signal::SIGTERM,
+                Signal::SIGHUP,
+                Signal::SIGQUIT,
+                Signal::SIGWINCH,
+            ] {
+                set.add(s);
             }
+            if set.thread_block().is_ok() {
+                let taken = std::sync::Arc::clone(&relay);
+                std::thread::spawn(move || take_signals(&set, &taken));
+            }
+            relay
+        })
+        .clone()
+}
+
+fn take_signals(set: &SigSet, relay: &std::sync::Mutex<Relay>) {
+    loop {
+        let Ok(sig) = set.wait() else { return };
+        let mut r = relay.lock().unwrap_or_else(|p| p.into_inner());
+        if sig == Signal::SIGWINCH {
+            if let (Some(c), true, Some(size)) = (&r.controller, r.tty, window_size()) {
+                let _ = c.resize(size);
+            }
+            continue;
         }
-    });
+        // A second Ctrl+C (or TERM/HUP/QUIT) means "stop now", even for a command that
+        // handles or ignores the first: its process group is killed.
+        r.terminations += 1;
+        let sig = if r.terminations > 1 {
+            Signal::SIGKILL
+        } else {
+            sig
+        };
+        match &r.controller {
+            Some(c) => {
+                let _ = c.signal(sig as i32);
+            }
+            None if r.terminations > 1 => std::process::exit(130),
+            None => r.pending = Some(sig),
+        }
+    }
+}
+
+/// Points the caught signals at the command that `controller` is about to run (see
+/// [`catch_signals`]); returns instead the terminating signal that came before, if one did:
+/// then the command must not run at all (a signal cannot precede the request on the stream).
+fn forward_signals(controller: airlock_protocol::ExecController, tty: bool) -> Option<Signal> {
+    let relay = relay();
+    let mut r = relay.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(sig) = r.pending.take() {
+        return Some(sig);
+    }
+    r.controller = Some(controller);
+    r.tty = tty;
+    None
 }
 
 fn client_error(e: ClientError) -> CommandError {

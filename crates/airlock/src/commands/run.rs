@@ -8,7 +8,9 @@
 //! 3. Start the sandbox with its proxy and limits (`airlock_host::run::EphemeralRun`).
 //! 4. Exec CMD through the control channel (authenticated stream), stdin streamed with `-i`,
 //!    a PTY with `-t`; SIGINT/SIGTERM/SIGHUP/SIGQUIT are forwarded to CMD's process group, a
-//!    second one kills it ([`crate::stream`]).
+//!    second one kills it ([`crate::stream`]). They are taken from step 3 on: one that comes
+//!    while the sandbox starts means CMD is not run (exit 128+N after the usual teardown); a
+//!    second one then ends airlock at once (exit 130; the sandbox dies with it).
 //! 5. Destroy the sandbox and its cgroup, then exit with CMD's status (128+N for signal N).
 
 use std::time::Duration;
@@ -56,6 +58,10 @@ pub fn run(args: RunArgs, ctx: &Context) -> Result<Report, CommandError> {
     let request = args.cmd.request(&args.command, env, &cwd)?;
 
     phases.done("validate");
+    // From here on a Ctrl+C (or TERM/HUP/QUIT) is CMD's: held until CMD exists, then forwarded;
+    // a second one while the sandbox still starts ends airlock at once.
+    crate::stream::catch_signals();
+    pause_hook("start");
     airlock_host::project::remember_project(&roots, &project)?;
 
     // 3.–5.
@@ -73,6 +79,15 @@ pub fn run(args: RunArgs, ctx: &Context) -> Result<Report, CommandError> {
         eprintln!("airlock: warning: {e}");
     }
     std::process::exit(status)
+}
+
+/// Test hook, debug builds only (release builds never read it): `AIRLOCK_TEST_PAUSE_AT=start`
+/// says so on stderr and sleeps 3 s before the sandbox starts (to press Ctrl+C there).
+fn pause_hook(phase: &str) {
+    if cfg!(debug_assertions) && std::env::var("AIRLOCK_TEST_PAUSE_AT").is_ok_and(|p| p == phase) {
+        eprintln!("airlock: test hook: pausing at {phase}");
+        std::thread::sleep(Duration::from_secs(3));
+    }
 }
 
 /// A warning of the host side (limits skipped, a cgroup left behind), on stderr.

@@ -48,6 +48,45 @@ both! {
 }
 
 both! {
+    /// Ctrl+C while the sandbox is still starting (before CMD runs) must not kill airlock
+    /// half-way: it reaches CMD as soon as CMD exists, so `run` still exits 130 after a full
+    /// teardown and leaves no state behind.
+    fn ctrl_c_while_the_sandbox_starts_still_exits_130_and_leaves_nothing(rt) {
+        for attempt in 0..3 {
+            // The debug hook holds `run` for 3 s before the sandbox starts, after saying so.
+            let mut child = rt
+                .command(&rt.project, &["run", "--", "sleep", "100"])
+                .env("AIRLOCK_TEST_PAUSE_AT", "start")
+                .process_group(0)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn airlock");
+            let mut stderr = std::io::BufReader::new(child.stderr.take().expect("stderr pipe"));
+            let mut line = String::new();
+            stderr.read_line(&mut line).expect("read the pause line");
+            assert!(line.contains("pausing at start"), "{line}");
+            let group = format!("-{}", child.id());
+            let st = std::process::Command::new("kill")
+                .args(["-INT", "--", &group])
+                .status()
+                .unwrap();
+            assert!(st.success());
+            let status = child.wait().unwrap();
+            let mut rest = String::new();
+            let _ = std::io::Read::read_to_string(&mut stderr, &mut rest);
+            assert_eq!(status.code(), Some(130), "attempt {attempt}: {status:?} {rest}");
+        }
+        let runs = rt.env.state_home().join("airlock/runs");
+        let left: Vec<_> = std::fs::read_dir(&runs)
+            .map(|d| d.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default();
+        assert!(left.is_empty(), "run state left behind: {left:?}");
+    }
+}
+
+both! {
     /// L9: a finished run removes its own state directory (`<state>/runs/<id>`), whether the
     /// command succeeded or failed; nothing waits for `clean`.
     fn a_finished_run_removes_its_state_directory(rt) {

@@ -42,8 +42,35 @@ pub fn dispatch(args: &[OsString]) -> Option<i32> {
 /// A signal mask survives exec, and `run`/`up` block the terminal's signals for their own
 /// handling before they start these processes: the sandbox (PID 1 forwards and the commands
 /// receive them) and the proxy child start from an empty mask. The keeper does the same.
+///
+/// A keyboard signal (SIGINT, SIGQUIT) can still be pending here: it reached the process group
+/// in the instant between fork and the child's `setpgid`, and was meant for airlock, which has
+/// it too. It is taken (sigwait on a pending signal returns at once) before unblocking, or it
+/// would kill this process as soon as the mask is cleared.
 fn unblock_signals() {
-    let _ = nix::sys::signal::SigSet::all().thread_unblock();
+    use nix::sys::signal::{SigSet, Signal};
+    let pending = pending_signals();
+    for sig in [Signal::SIGINT, Signal::SIGQUIT] {
+        if pending & (1u64 << (sig as i32 - 1)) != 0 {
+            let mut only = SigSet::empty();
+            only.add(sig);
+            let _ = only.wait();
+        }
+    }
+    let _ = SigSet::all().thread_unblock();
+}
+
+/// Signals pending for this thread or process (`SigPnd` | `ShdPnd` of /proc/self/status).
+fn pending_signals() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            l.strip_prefix("SigPnd:")
+                .or_else(|| l.strip_prefix("ShdPnd:"))
+        })
+        .filter_map(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+        .fold(0, |all, m| all | m)
 }
 
 /// The init stage; returns in PID 1 only, once the guest has stopped.

@@ -19,8 +19,8 @@ use airlock_core::names::SandboxName;
 use airlock_core::records::SandboxRecord;
 use airlock_protocol::session::EnsureRequest;
 use airlock_protocol::{
-    Key, Opened, SessionClient, SessionClientError, SessionCommand, SessionErrorCode, SessionInfo,
-    SessionSpec, WindowSize,
+    DetachKey, Key, Opened, SessionClient, SessionClientError, SessionCommand, SessionErrorCode,
+    SessionInfo, SessionSpec, WindowSize,
 };
 
 use crate::error::{ErrorKind, HostError};
@@ -131,6 +131,38 @@ exec tmux new-session -s "$0" -n agent "$@" \; new-window -d -n edit 'exec ${VIS
         SessionCommand::LoginShell { .. } => {}
     }
     SessionCommand::Argv { argv }
+}
+
+/// The configured detach key sequence; a configuration error for one that would take a key
+/// typing needs. `up` and `attach` check it before any side effect (L2).
+pub fn detach_key(effective: &Effective) -> Result<DetachKey, HostError> {
+    let configured = &effective.detach_key.value;
+    DetachKey::from_bytes(&configured.text, &configured.bytes).map_err(|e| {
+        HostError::new(
+            ErrorKind::Config,
+            "config.invalid",
+            format!("detach_key: {e}"),
+        )
+        .with_hint("fix detach_key in your configuration (`airlock config`)")
+    })
+}
+
+/// What attaching to `session` creates when no running session has the name: the
+/// [`default_spec`] (with the host user's `$SHELL` when it is absolute) for the default
+/// session, nothing for any other.
+pub fn create_spec(
+    effective: &Effective,
+    record: &SandboxRecord,
+    data_root: &std::path::Path,
+    session: &str,
+    term: String,
+) -> Option<SessionSpec> {
+    (session == DEFAULT_SESSION).then(|| {
+        let shell = std::env::var(airlock_config::env_vars::SHELL)
+            .ok()
+            .filter(|s| s.starts_with('/'));
+        default_spec(effective, record, data_root, term, shell)
+    })
 }
 
 /// The default session's full spec for the ready sandbox `record`: [`default_command`] in the

@@ -59,7 +59,7 @@ impl CommandOptions {
             } else {
                 ExecUser::Sandbox
             },
-            tty: self.tty.then(crate::stream::tty_request),
+            tty: self.tty.then(airlock_term::stream::tty_request),
         };
         request
             .validate()

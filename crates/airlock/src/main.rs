@@ -8,7 +8,6 @@
 //! 4. The result is printed (stdout), errors go to stderr (or stdout as JSON), and the exit
 //!    status comes from [`error::exit_code`]. A closed stdout (broken pipe) ends quietly.
 
-mod attach;
 mod cli;
 mod command_options;
 mod commands;
@@ -22,8 +21,6 @@ mod man_pages;
 mod output;
 mod session_view;
 mod status_json;
-mod stream;
-mod terminal;
 
 use std::ffi::OsString;
 use std::io;

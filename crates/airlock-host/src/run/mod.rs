@@ -88,6 +88,18 @@ impl EphemeralRun {
         &self.sandbox
     }
 
+    /// Opens an exec stream to the sandbox's PID 1 over its control channel (`SCM_RIGHTS`);
+    /// the caller authenticates it with [`Sandbox::key`].
+    pub fn open_stream(&self) -> Result<std::os::unix::net::UnixStream, HostError> {
+        let control = self.sandbox.control().ok_or_else(|| {
+            HostError::internal("run.control", "the sandbox's control channel is closed")
+        })?;
+        let stream = airlock_protocol::open_stream(control)
+            .map_err(|e| HostError::internal("run.stream", e.to_string()))?;
+        fault_hook(&stream);
+        Ok(stream)
+    }
+
     /// Waits until the proxy serves (it starts while the sandbox does).
     pub fn wait_ready(&mut self) -> Result<(), HostError> {
         self.egress.wait_ready()
@@ -302,6 +314,17 @@ fn host_user(home: &Path) -> HostUser {
         gid,
         name,
         home: home.to_path_buf(),
+    }
+}
+
+/// Test hook, debug builds only (release builds never read it): `AIRLOCK_TEST_FAULT=
+/// stream-closed` shuts the freshly opened stream down before the handshake, as a guest that
+/// died at that moment would, so the internal-error path (exit 70) can be driven for real.
+fn fault_hook(stream: &std::os::unix::net::UnixStream) {
+    if cfg!(debug_assertions)
+        && std::env::var("AIRLOCK_TEST_FAULT").is_ok_and(|f| f == "stream-closed")
+    {
+        let _ = stream.shutdown(std::net::Shutdown::Both);
     }
 }
 

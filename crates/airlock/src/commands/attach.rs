@@ -4,18 +4,21 @@
 //!
 //! Order of operations: validate the session name and that stdin and stdout are a terminal
 //! (L4: before any side effect) → resolve the sandbox, load the configuration (detach key,
-//! layout) → prove the sandbox `ready` → open a stream to its PID 1 → attach ([`crate::attach`]).
+//! layout) → prove the sandbox `ready` → open a stream to its PID 1 → attach (`airlock_term::attach`).
 
 use airlock_host::config::load_effective;
+use airlock_host::sessions;
 use airlock_host::sessions::{open_stream, ready_record};
 use airlock_protocol::session::validate_name;
 use airlock_protocol::DEFAULT_SESSION;
+use airlock_term::attach::{attach_terminal, AttachPlan};
+use airlock_term::terminal::term;
 use clap::Args;
 
 use super::Report;
-use crate::attach::{attach_terminal, AttachPlan};
 use crate::context::{resolve_name, setup, Context};
 use crate::error::CommandError;
+use crate::lib_errors::attach_error;
 use crate::output::{escape_untrusted, Doc};
 
 #[derive(Args, Debug)]
@@ -45,21 +48,20 @@ pub fn run(args: AttachArgs, ctx: &Context) -> Result<Report, CommandError> {
     let roots = ctx.roots()?;
     let mut notes = Vec::new();
     let effective = load_effective(&roots, project, None, &mut notes)?;
-    crate::attach::detach_key(&effective)?;
+    airlock_host::sessions::detach_key(&effective)?;
     let host = setup(ctx, false)?;
     let record = ready_record(&host, &name)?;
     let plan = AttachPlan::new(
-        &effective,
-        &record,
-        &roots.data,
         session,
+        sessions::create_spec(&effective, &record, &roots.data, session, term()),
+        sessions::detach_key(&effective)?,
         args.name.as_deref(),
-    )?;
+    );
     for note in &notes {
         eprintln!("{}", escape_untrusted(note));
     }
     let (stream, key) = open_stream(&host, &record)?;
-    let status = attach_terminal(stream, &key, &plan)?;
+    let status = attach_terminal(stream, &key, &plan).map_err(|e| attach_error(e, &plan.name))?;
     let mut report = Report::new(Doc::new(), serde_json::Value::Null);
     report.status = Some(u8::try_from(status).unwrap_or(u8::MAX));
     Ok(report)

@@ -100,7 +100,8 @@ pub fn run(args: ExecArgs, ctx: &Context) -> Result<Report, CommandError> {
         .connect(&record)
         .map_err(|e| CommandError::from(lifecycle_error(e.into())))?;
     let key = airlock_host::lifecycle::key_of(&channel.key)?;
-    let code = crate::stream::run_stream(channel.stream, &key, &request, args.cmd.interactive)?;
+    let code =
+        airlock_term::stream::run_stream(channel.stream, &key, &request, args.cmd.interactive)?;
     let mut report = Report::new(Doc::new(), serde_json::Value::Null);
     report.status = Some(u8::try_from(code).unwrap_or(u8::MAX));
     Ok(report)

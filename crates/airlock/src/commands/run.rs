@@ -8,7 +8,7 @@
 //! 3. Start the sandbox with its proxy and limits (`airlock_host::run::EphemeralRun`).
 //! 4. Exec CMD through the control channel (authenticated stream), stdin streamed with `-i`,
 //!    a PTY with `-t`; SIGINT/SIGTERM/SIGHUP/SIGQUIT are forwarded to CMD's process group, a
-//!    second one kills it ([`crate::stream`]). They are taken from step 3 on: one that comes
+//!    second one kills it (`airlock_term::stream`). They are taken from step 3 on: one that comes
 //!    while the sandbox starts means CMD is not run (exit 128+N after the usual teardown); a
 //!    second one then ends airlock at once (exit 130; the sandbox dies with it).
 //! 5. Destroy the sandbox and its cgroup, then exit with CMD's status (128+N for signal N).
@@ -17,6 +17,8 @@ use std::time::Duration;
 
 use airlock_host::config::load_effective;
 use airlock_host::run::{build_spec, resolve_workdir, EphemeralRun, Phases};
+use airlock_protocol::{ExecRequest, Key};
+use airlock_term::stream::run_stream;
 use clap::Args;
 
 use super::Report;
@@ -60,7 +62,7 @@ pub fn run(args: RunArgs, ctx: &Context) -> Result<Report, CommandError> {
     phases.done("validate");
     // From here on a Ctrl+C (or TERM/HUP/QUIT) is CMD's: held until CMD exists, then forwarded;
     // a second one while the sandbox still starts ends airlock at once.
-    crate::stream::catch_signals();
+    airlock_term::stream::catch_signals();
     pause_hook("start");
     airlock_host::project::remember_project(&roots, &project)?;
 
@@ -68,10 +70,7 @@ pub fn run(args: RunArgs, ctx: &Context) -> Result<Report, CommandError> {
     let project_root = effective.project.as_ref().map(|p| p.root.clone());
     let mut sandbox =
         EphemeralRun::start(&roots, project_root, &mut spec, &mut phases, print_warning)?;
-    let outcome = sandbox
-        .wait_ready()
-        .map_err(CommandError::from)
-        .and_then(|()| crate::stream::run(sandbox.sandbox(), &request, args.cmd.interactive));
+    let outcome = exec_in(&mut sandbox, &request, args.cmd.interactive);
     phases.done("guest+exec");
     let destroyed = sandbox.finish(&mut phases);
     let status = outcome?;
@@ -79,6 +78,18 @@ pub fn run(args: RunArgs, ctx: &Context) -> Result<Report, CommandError> {
         eprintln!("airlock: warning: {e}");
     }
     std::process::exit(status)
+}
+
+/// Waits for the proxy, then streams CMD through the sandbox's control channel.
+fn exec_in(
+    sandbox: &mut EphemeralRun,
+    request: &ExecRequest,
+    interactive: bool,
+) -> Result<i32, CommandError> {
+    sandbox.wait_ready()?;
+    let stream = sandbox.open_stream()?;
+    let key = Key::from_bytes(*sandbox.sandbox().key());
+    Ok(run_stream(stream, &key, request, interactive)?)
 }
 
 /// Test hook, debug builds only (release builds never read it): `AIRLOCK_TEST_PAUSE_AT=start`

@@ -6,7 +6,7 @@
 //! `set NAME --host H[,H…] [--header TEMPLATE] [--header-name NAME…]`, in order: check the
 //! name, hosts, template and header names
 //! (a usage error exits 2 before anything is read or created); read the value from stdin
-//! ([`value::read_value`]: echo off on a terminal, restored on every exit path; one trailing
+//! (`airlock_term::secret_input::read_value`: echo off on a terminal, restored on every exit path; one trailing
 //! newline stripped; never from argv — there is no option for it); open the store (creating
 //! it) and store the value; the store refuses an empty value or one with CR, LF or NUL. Nothing
 //! airlock prints or returns contains the value: only the name, hosts, header name and
@@ -15,8 +15,6 @@
 //! `ls` reads the store without creating it. `rm` of a secret that does not exist fails with
 //! exit 1 and a hint (like `git config --unset` of a missing key), so a typo never looks like
 //! a removal.
-
-mod value;
 
 use airlock_config::policy::{HostMatch, HostPattern};
 use airlock_config::Roots;
@@ -109,7 +107,7 @@ fn set(args: SetArgs, ctx: &Context) -> Result<Report, CommandError> {
     }
     let roots = ctx.roots()?;
     // The value is checked (not empty, not too long, UTF-8) before the store is created.
-    let secret = value::read_value(name.as_str(), ctx.stdin_is_terminal)?;
+    let secret = airlock_term::secret_input::read_value(name.as_str(), ctx.stdin_is_terminal)?;
     let store = SecretStore::open(&roots.data)?;
     // Only decides the wording; a corrupt record elsewhere must not block this one.
     let replaced = store

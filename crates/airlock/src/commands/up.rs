@@ -21,7 +21,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use airlock_core::lifecycle::{self, Observer, UpRequest};
+use airlock_host::sessions;
 use airlock_protocol::{Opened, WindowSize, DEFAULT_SESSION};
+use airlock_term::attach::{attach_terminal, AttachPlan};
+use airlock_term::terminal::term;
 use clap::Args;
 use nix::sys::signal::{SigSet, Signal};
 
@@ -30,9 +33,9 @@ use airlock_host::lifecycle::{lifecycle_error, parse_duration, plan_summary};
 use airlock_host::Host;
 
 use super::Report;
-use crate::attach::{attach_terminal, AttachPlan};
 use crate::context::{active_project, resolve_name, setup, Context};
 use crate::error::CommandError;
+use crate::lib_errors::attach_error;
 use crate::output::{Doc, Style};
 
 #[derive(Args, Debug)]
@@ -72,7 +75,7 @@ pub fn run(args: UpArgs, ctx: &Context) -> Result<Report, CommandError> {
     let roots = ctx.roots()?;
     let mut notes = Vec::new();
     let effective = load_effective(&roots, Some(project.clone()), args.memory_mb, &mut notes)?;
-    crate::attach::detach_key(&effective)?;
+    airlock_host::sessions::detach_key(&effective)?;
     let mut spec = airlock_host::run::build_spec(&effective, false)?;
     airlock_host::egress::attach(&mut spec, &effective.network, &roots.data)?;
     let plan = plan_summary(&spec);
@@ -116,12 +119,17 @@ pub fn run(args: UpArgs, ctx: &Context) -> Result<Report, CommandError> {
     let (lines, json) = summary(&name, &outcome, total);
     // S1: every `up` makes sure the default session exists; attaching creates it.
     let plan = AttachPlan::new(
-        &effective,
-        &outcome.record,
-        &roots.data,
         DEFAULT_SESSION,
+        sessions::create_spec(
+            &effective,
+            &outcome.record,
+            &roots.data,
+            DEFAULT_SESSION,
+            term(),
+        ),
+        sessions::detach_key(&effective)?,
         args.name.as_deref(),
-    )?;
+    );
     if args.no_attach {
         let mut doc = Doc::new();
         for line in &lines {
@@ -148,7 +156,7 @@ pub fn run(args: UpArgs, ctx: &Context) -> Result<Report, CommandError> {
     }
     cancel.stop();
     let (stream, key) = airlock_host::sessions::open_stream(&setup, &outcome.record)?;
-    let status = attach_terminal(stream, &key, &plan)?;
+    let status = attach_terminal(stream, &key, &plan).map_err(|e| attach_error(e, &plan.name))?;
     let mut report = Report::new(Doc::new(), json);
     report.status = Some(u8::try_from(status).unwrap_or(u8::MAX));
     Ok(report)
@@ -215,7 +223,7 @@ fn ensure_default(
             "the default session has no spec",
         ));
     };
-    let size = crate::terminal::window_size().unwrap_or(WindowSize { rows: 24, cols: 80 });
+    let size = airlock_term::terminal::window_size().unwrap_or(WindowSize { rows: 24, cols: 80 });
     let opened = airlock_host::sessions::ensure(host, record, &plan.name, spec, size)?;
     let state = if opened.created {
         "started"

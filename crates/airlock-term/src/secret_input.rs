@@ -21,13 +21,34 @@ use rustix::termios::{LocalModes, OptionalActions, Termios};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGQUIT, SIGTERM};
 use zeroize::{Zeroize, Zeroizing};
 
-use crate::error::{CommandError, ErrorKind};
+/// Why no value was read; nothing was stored in every case.
+#[derive(Debug, thiserror::Error)]
+pub enum SecretInputError {
+    /// More than [`MAX_VALUE`] bytes came in.
+    #[error("the value is longer than {MAX_VALUE} bytes; nothing was stored")]
+    TooLong,
+    /// Nothing (or only a newline) came in.
+    #[error("the value of {name} is empty; nothing was stored")]
+    Empty {
+        /// The secret's name.
+        name: String,
+    },
+    /// The bytes are not UTF-8.
+    #[error("the value is not UTF-8 text; nothing was stored")]
+    NotUtf8,
+    /// Reading fd 0 failed.
+    #[error("cannot read the value from stdin: {0}")]
+    Stdin(rustix::io::Errno),
+    /// Echo could not be switched off on the terminal.
+    #[error("cannot switch off echo on the terminal: {0}")]
+    Terminal(rustix::io::Errno),
+}
 
 /// Longest accepted value (far above any token; keeps a mistaken `< bigfile` bounded).
 pub const MAX_VALUE: usize = 64 * 1024;
 
 /// Reads the value of secret `name` (see the module docs).
-pub fn read_value(name: &str, is_terminal: bool) -> Result<Redacted<String>, CommandError> {
+pub fn read_value(name: &str, is_terminal: bool) -> Result<Redacted<String>, SecretInputError> {
     let mut buf = Zeroizing::new(vec![0u8; MAX_VALUE + 1]);
     let len = if is_terminal {
         let echo = EchoOff::begin()?;
@@ -41,21 +62,13 @@ pub fn read_value(name: &str, is_terminal: bool) -> Result<Redacted<String>, Com
         read_until(&mut buf, false)?
     };
     if len > MAX_VALUE {
-        return Err(CommandError::new(
-            ErrorKind::Usage,
-            "secret.too_long",
-            format!("the value is longer than {MAX_VALUE} bytes; nothing was stored"),
-        )
-        .with_hint("pipe the value itself, not a file that contains more"));
+        return Err(SecretInputError::TooLong);
     }
     let keep = strip_one_newline(&buf[..len]);
     if keep == 0 {
-        return Err(CommandError::new(
-            ErrorKind::Usage,
-            "secret.bad_value",
-            format!("the value of {name} is empty; nothing was stored"),
-        )
-        .with_hint("pipe or type the value itself, on one line"));
+        return Err(SecretInputError::Empty {
+            name: name.to_owned(),
+        });
     }
     buf.truncate(keep);
     let mut bytes = std::mem::take(&mut *buf);
@@ -64,12 +77,7 @@ pub fn read_value(name: &str, is_terminal: bool) -> Result<Redacted<String>, Com
         Err(e) => {
             bytes = e.into_bytes();
             bytes.zeroize();
-            Err(CommandError::new(
-                ErrorKind::Usage,
-                "secret.bad_value",
-                "the value is not UTF-8 text; nothing was stored",
-            )
-            .with_hint("secrets go into HTTP headers, so they must be text"))
+            Err(SecretInputError::NotUtf8)
         }
     }
 }
@@ -83,20 +91,9 @@ fn strip_one_newline(value: &[u8]) -> usize {
     }
 }
 
-fn read_error(e: rustix::io::Errno) -> CommandError {
-    CommandError::new(
-        ErrorKind::Failed,
-        "secret.stdin",
-        format!("cannot read the value from stdin: {e}"),
-    )
-    .with_hint(
-        "pipe the value in, e.g. `printf %s \"$TOKEN\" | airlock secret set NAME --host HOST`",
-    )
-}
-
 /// Reads from stdin until end of file, a full buffer or, with `line`, the end of a line (a
 /// terminal in canonical mode returns at most one line per `read`); returns the bytes read.
-fn read_until(buf: &mut [u8], line: bool) -> Result<usize, CommandError> {
+fn read_until(buf: &mut [u8], line: bool) -> Result<usize, SecretInputError> {
     let mut len = 0;
     while len < buf.len() {
         match rustix::io::read(rustix::stdio::stdin(), &mut buf[len..]) {
@@ -108,7 +105,7 @@ fn read_until(buf: &mut [u8], line: bool) -> Result<usize, CommandError> {
                 }
             }
             Err(rustix::io::Errno::INTR) => continue,
-            Err(e) => return Err(read_error(e)),
+            Err(e) => return Err(SecretInputError::Stdin(e)),
         }
     }
     Ok(len)
@@ -120,15 +117,8 @@ struct EchoOff {
 }
 
 impl EchoOff {
-    fn begin() -> Result<EchoOff, CommandError> {
-        let tty_error = |e: rustix::io::Errno| {
-            CommandError::new(
-                ErrorKind::Failed,
-                "secret.terminal",
-                format!("cannot switch off echo on the terminal: {e}"),
-            )
-            .with_hint("pipe the value in instead of typing it")
-        };
+    fn begin() -> Result<EchoOff, SecretInputError> {
+        let tty_error = SecretInputError::Terminal;
         let stdin = rustix::stdio::stdin();
         let saved = rustix::termios::tcgetattr(stdin).map_err(tty_error)?;
         restore_on_signal(saved.clone());

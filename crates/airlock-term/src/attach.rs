@@ -1,5 +1,5 @@
-//! Attaching the host terminal to a session over an open stream (PRODUCT S2), shared by
-//! `attach` and `up`.
+//! Attaching the host terminal to a session over an open stream (PRODUCT S2), used by the
+//! `attach` and `up` verbs.
 //!
 //! Order of operations: handshake (a guest without sessions is refused) → `attach` with this
 //! terminal's size (the guest creates the session when `create` is given) → raw mode and the
@@ -10,18 +10,13 @@
 
 use std::io::{self, Write};
 use std::os::unix::net::UnixStream;
-use std::path::Path;
 
-use airlock_config::Effective;
-use airlock_core::records::SandboxRecord;
-use airlock_host::sessions;
 use airlock_protocol::{
-    AttachEnd, AttachRequest, DetachKey, Key, SessionClient, SessionSpec, SessionState, WindowSize,
-    DEFAULT_SESSION,
+    AttachEnd, AttachRequest, DetachKey, Key, SessionClient, SessionClientError, SessionSpec,
+    SessionState, WindowSize, DEFAULT_SESSION,
 };
 
-use crate::error::{CommandError, ErrorKind};
-use crate::output::escape_untrusted;
+use crate::escape::escape_untrusted;
 use crate::terminal::{self, ScreenTracker, Terminal, TerminalError, Tracked};
 
 /// What to attach to and how.
@@ -39,23 +34,14 @@ pub struct AttachPlan {
 }
 
 impl AttachPlan {
-    /// The plan for session `session` of the ready sandbox `record`: the configured detach key
-    /// and, for the default session, the spec to create it with. `sandbox` is the `--name`
+    /// The plan for `session`, created with `create` when absent. `sandbox` is the `--name`
     /// given, repeated in the line that says how to come back.
     pub fn new(
-        effective: &Effective,
-        record: &SandboxRecord,
-        data_root: &Path,
         session: &str,
+        create: Option<SessionSpec>,
+        detach: DetachKey,
         sandbox: Option<&str>,
-    ) -> Result<AttachPlan, CommandError> {
-        let detach = detach_key(effective)?;
-        let create = (session == DEFAULT_SESSION).then(|| {
-            let shell = std::env::var(airlock_config::env_vars::SHELL)
-                .ok()
-                .filter(|s| s.starts_with('/'));
-            sessions::default_spec(effective, record, data_root, terminal::term(), shell)
-        });
+    ) -> AttachPlan {
         let mut reattach = "airlock attach".to_owned();
         if session != DEFAULT_SESSION {
             reattach.push(' ');
@@ -65,27 +51,24 @@ impl AttachPlan {
             reattach.push_str(" --name ");
             reattach.push_str(sandbox);
         }
-        Ok(AttachPlan {
+        AttachPlan {
             name: session.to_owned(),
             create,
             detach,
             reattach,
-        })
+        }
     }
 }
 
-/// The configured detach key sequence; a configuration error (exit 2) for one that would take
-/// a key typing needs. `up` and `attach` check it before any side effect (L2).
-pub fn detach_key(effective: &Effective) -> Result<DetachKey, CommandError> {
-    let configured = &effective.detach_key.value;
-    DetachKey::from_bytes(&configured.text, &configured.bytes).map_err(|e| {
-        CommandError::new(
-            ErrorKind::Config,
-            "config.invalid",
-            format!("detach_key: {e}"),
-        )
-        .with_hint("fix detach_key in your configuration (`airlock config`)")
-    })
+/// Why an attachment failed.
+#[derive(Debug, thiserror::Error)]
+pub enum AttachError {
+    /// The session request or the stream failed (refused by the guest, channel closed, …).
+    #[error(transparent)]
+    Session(#[from] SessionClientError),
+    /// The host terminal could not be put in raw mode.
+    #[error(transparent)]
+    Terminal(#[from] TerminalError),
 }
 
 /// Attaches the terminal; returns the exit status for the CLI: 0 after a detach, the session's
@@ -94,17 +77,15 @@ pub fn attach_terminal(
     stream: UnixStream,
     key: &Key,
     plan: &AttachPlan,
-) -> Result<i32, CommandError> {
+) -> Result<i32, AttachError> {
     let size = terminal::window_size().unwrap_or(WindowSize { rows: 24, cols: 80 });
-    let attached = SessionClient::connect(stream, key)
-        .and_then(|client| {
-            client.attach(AttachRequest {
-                name: plan.name.clone(),
-                size,
-                create: plan.create.clone(),
-            })
+    let attached = SessionClient::connect(stream, key).and_then(|client| {
+        client.attach(AttachRequest {
+            name: plan.name.clone(),
+            size,
+            create: plan.create.clone(),
         })
-        .map_err(|e| session_error(e, &plan.name))?;
+    })?;
     let name = escape_untrusted(&plan.name).into_owned();
     if let Some(previous) = attached.opened().replaced {
         eprintln!(
@@ -113,11 +94,7 @@ pub fn attach_terminal(
         );
     }
     let tracker = ScreenTracker::default();
-    let terminal = Terminal::raw(&tracker).map_err(|e| match e {
-        TerminalError::NotATerminal => CommandError::usage(e.to_string())
-            .with_hint("run it from a terminal (`up --no-attach` creates without attaching)"),
-        TerminalError::Termios(_) => CommandError::internal("attach.terminal", e.to_string()),
-    })?;
+    let terminal = Terminal::raw(&tracker)?;
     terminal::watch_signals(&terminal, attached.controller());
     let mut output = Tracked {
         inner: io::stdout(),
@@ -148,10 +125,6 @@ pub fn attach_terminal(
                 SessionState::Signaled { signal } => 128 + signal,
             })
         }
-        Err(e) => Err(session_error(e, &plan.name)),
+        Err(e) => Err(AttachError::Session(e)),
     }
-}
-
-fn session_error(e: airlock_protocol::SessionClientError, name: &str) -> CommandError {
-    CommandError::from(sessions::session_error(e, name))
 }

@@ -10,29 +10,20 @@
 use std::io::{IsTerminal, Write};
 use std::os::fd::AsFd;
 
-use airlock_linux::host::Sandbox;
 use airlock_protocol::{
     ClientError, ErrorCode, ExecClient, ExecRequest, Key, TtyRequest, WindowSize,
 };
 use nix::sys::signal::{SigSet, Signal};
 
-use crate::error::{CommandError, ErrorKind};
-use crate::output::escape_untrusted;
+use crate::escape::escape_untrusted;
+use crate::terminal::window_size;
 
 /// The PTY request for `-t`: the host terminal's size and `TERM`.
 pub fn tty_request() -> TtyRequest {
     TtyRequest {
         size: window_size().unwrap_or(WindowSize { rows: 24, cols: 80 }),
-        term: std::env::var("TERM").unwrap_or_else(|_| "xterm-256color".to_owned()),
+        term: std::env::var(airlock_config::env_vars::TERM).unwrap_or_else(|_| "xterm-256color".to_owned()),
     }
-}
-
-fn window_size() -> Option<WindowSize> {
-    let ws = rustix::termios::tcgetwinsize(std::io::stdout().as_fd()).ok()?;
-    (ws.ws_row > 0 && ws.ws_col > 0).then_some(WindowSize {
-        rows: ws.ws_row,
-        cols: ws.ws_col,
-    })
 }
 
 /// Puts the terminal on stdin in raw mode until dropped.
@@ -65,46 +56,17 @@ impl Drop for RawMode {
     }
 }
 
-/// Runs `request` in `sandbox`; returns the shell-convention status (128+N for signal N).
-pub fn run(
-    sandbox: &Sandbox,
-    request: &ExecRequest,
-    interactive: bool,
-) -> Result<i32, CommandError> {
-    let control = sandbox.control().ok_or_else(|| {
-        CommandError::internal("run.control", "the sandbox's control channel is closed")
-    })?;
-    let stream = airlock_protocol::open_stream(control)
-        .map_err(|e| CommandError::internal("run.stream", e.to_string()))?;
-    fault_hook(&stream);
-    run_stream(
-        stream,
-        &Key::from_bytes(*sandbox.key()),
-        request,
-        interactive,
-    )
-}
-
-/// Test hook, debug builds only (release builds never read it): `AIRLOCK_TEST_FAULT=
-/// stream-closed` shuts the freshly opened stream down before the handshake, as a guest that
-/// died at that moment would, so the internal-error path (exit 70) can be driven for real.
-fn fault_hook(stream: &std::os::unix::net::UnixStream) {
-    if cfg!(debug_assertions)
-        && std::env::var("AIRLOCK_TEST_FAULT").is_ok_and(|f| f == "stream-closed")
-    {
-        let _ = stream.shutdown(std::net::Shutdown::Both);
-    }
-}
-
 /// Runs `request` over an already opened stream to the guest (authenticated here with `key`);
-/// shared by `run` and `exec`. Returns the shell-convention status.
+/// shared by `run` and `exec`. Returns the shell-convention status: 127 and 126 (with the
+/// guest's message on stderr) for a command that is missing or not executable, 128 + SIGPIPE
+/// when the reader of the output went away.
 pub fn run_stream(
     stream: std::os::unix::net::UnixStream,
     key: &Key,
     request: &ExecRequest,
     interactive: bool,
-) -> Result<i32, CommandError> {
-    let client = ExecClient::connect(stream, key).map_err(client_error)?;
+) -> Result<i32, ClientError> {
+    let client = ExecClient::connect(stream, key)?;
     if let Some(sig) = forward_signals(client.controller(), request.tty.is_some()) {
         // Interrupted while the sandbox started: the command is not run; the status is the
         // one it would have had (128 + N), and the caller tears the sandbox down as usual.
@@ -140,7 +102,7 @@ pub fn run_stream(
             | ErrorCode::BadRequest
             | ErrorCode::SpawnFailed
             | ErrorCode::UnexpectedMessage
-            | ErrorCode::Internal => Err(client_error(ClientError::Remote(e))),
+            | ErrorCode::Internal => Err(ClientError::Remote(e)),
         },
         // The reader of our output went away (`airlock run -- yes | head`): end quietly, as a
         // shell pipeline member would, with 128 + SIGPIPE.
@@ -149,7 +111,7 @@ pub fn run_stream(
         {
             Ok(128 + libc_sigpipe())
         }
-        Err(e) => Err(client_error(e)),
+        Err(e) => Err(e),
     }
 }
 
@@ -248,29 +210,4 @@ fn forward_signals(controller: airlock_protocol::ExecController, tty: bool) -> O
     r.controller = Some(controller);
     r.tty = tty;
     None
-}
-
-fn client_error(e: ClientError) -> CommandError {
-    let (kind, code) = match &e {
-        ClientError::Remote(r) => match r.code {
-            ErrorCode::RootNotAllowed => (ErrorKind::BackendUnavailable, "run.root_unavailable"),
-            ErrorCode::BadRequest => (ErrorKind::Usage, "run.bad_request"),
-            ErrorCode::CommandNotFound | ErrorCode::PermissionDenied | ErrorCode::SpawnFailed => {
-                (ErrorKind::Failed, "run.spawn")
-            }
-            ErrorCode::VersionMismatch
-            | ErrorCode::AuthFailed
-            | ErrorCode::UnexpectedMessage
-            | ErrorCode::Internal => (ErrorKind::Internal, "run.guest"),
-        },
-        ClientError::Request(_) => (ErrorKind::Usage, "run.bad_request"),
-        ClientError::Handshake(_)
-        | ClientError::Packet(_)
-        | ClientError::Unexpected { .. }
-        | ClientError::Closed
-        | ClientError::Clone(_) => (ErrorKind::Internal, "run.channel"),
-        ClientError::Output { .. } => (ErrorKind::Failed, "run.output"),
-    };
-    CommandError::new(kind, code, escape_untrusted(&e.to_string()))
-        .with_hint("run `airlock doctor`; if it reports nothing, this is a bug in airlock")
 }

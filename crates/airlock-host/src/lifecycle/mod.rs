@@ -4,6 +4,7 @@
 //! `airlock_core::lifecycle`.
 
 pub mod backend;
+pub mod compare;
 pub mod keeper;
 pub mod runs;
 

@@ -10,7 +10,7 @@
 //! ignored because the project is untrusted), the secrets (names, bound hosts and header names,
 //! never values; read from the store only if it exists), agents and provisioning steps with
 //! their owners.
-//! Last comes the comparison with the project's running sandbox ([`running`]): what `up` would
+//! Last comes the comparison with the project's running sandbox (`airlock_host::lifecycle::compare`): what `up` would
 //! do with it and every field that differs (JSON: `running_sandbox`).
 
 mod render;
@@ -40,7 +40,7 @@ pub fn run(args: PlanArgs, ctx: &Context) -> Result<Report, CommandError> {
         Some(store) => store.list()?,
         None => Vec::new(),
     };
-    let comparison = running::compare(ctx, &effective);
+    let comparison = airlock_host::lifecycle::compare::compare(&roots, &effective);
     let encode = |e: serde_json::Error| {
         CommandError::internal(
             "plan.encode",

@@ -1,6 +1,6 @@
 //! Terminal I/O of the airlock client: the host terminal in raw mode with its settings put back
 //! on every exit path ([`terminal`]), attaching it to a sandbox session ([`attach`]), streaming
-//! one command of `run`/`exec` with signal relay ([`stream`]), reading a secret with echo off
+//! one command of `run`/`exec` with signal relay ([`stream`]), Ctrl+C during `up` ([`interrupt`]), reading a secret with echo off
 //! ([`secret_input`]), and escaping text from outside airlock before it reaches the terminal
 //! ([`escape`]).
 //!
@@ -9,6 +9,7 @@
 
 pub mod attach;
 pub mod escape;
+pub mod interrupt;
 pub mod secret_input;
 pub mod stream;
 pub mod terminal;

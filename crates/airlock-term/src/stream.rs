@@ -22,7 +22,8 @@ use crate::terminal::window_size;
 pub fn tty_request() -> TtyRequest {
     TtyRequest {
         size: window_size().unwrap_or(WindowSize { rows: 24, cols: 80 }),
-        term: std::env::var(airlock_config::env_vars::TERM).unwrap_or_else(|_| "xterm-256color".to_owned()),
+        term: std::env::var(airlock_config::env_vars::TERM)
+            .unwrap_or_else(|_| "xterm-256color".to_owned()),
     }
 }
 

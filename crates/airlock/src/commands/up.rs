@@ -16,17 +16,15 @@
 //! there, so a test can press Ctrl+C mid-phase (L7). Release builds never read them; aborting
 //! or slowing airlock is something any user can do with `kill` anyway, so they grant nothing.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use airlock_core::lifecycle::{self, Observer, UpRequest};
 use airlock_host::sessions;
 use airlock_protocol::{Opened, WindowSize, DEFAULT_SESSION};
 use airlock_term::attach::{attach_terminal, AttachPlan};
+use airlock_term::interrupt::CtrlC;
 use airlock_term::terminal::term;
 use clap::Args;
-use nix::sys::signal::{SigSet, Signal};
 
 use airlock_host::config::load_effective;
 use airlock_host::lifecycle::{lifecycle_error, parse_duration, plan_summary};
@@ -93,8 +91,7 @@ pub fn run(args: UpArgs, ctx: &Context) -> Result<Report, CommandError> {
         timeout: args.timeout.unwrap_or(DEFAULT_TIMEOUT),
     };
     let mut progress = Progress::new();
-    let flag = Arc::clone(&cancel.flag);
-    let cancelled = move || flag.load(Ordering::SeqCst);
+    let cancelled = cancel.check();
     let outcome = lifecycle::up(
         &setup.stores,
         &setup.backend,
@@ -106,7 +103,7 @@ pub fn run(args: UpArgs, ctx: &Context) -> Result<Report, CommandError> {
     drop(progress);
     let outcome = outcome?;
     let total = ms(t0.elapsed());
-    if cancel.flag.load(Ordering::SeqCst) {
+    if cancel.cancelled() {
         // L7: Ctrl+C came after the sandbox was ready; keep it and say so.
         return Err(CommandError::new(
             crate::error::ErrorKind::Interrupted,
@@ -288,47 +285,6 @@ impl Observer for Progress {
         #[cfg(debug_assertions)]
         if std::env::var("AIRLOCK_TEST_PAUSE_AT").is_ok_and(|p| p == phase) {
             std::thread::sleep(Duration::from_secs(3));
-        }
-    }
-}
-
-/// Ctrl+C during `up` (L7): SIGINT is blocked in every thread and taken by one waiter thread.
-/// The first sets the cancel flag, the second exits 130 at once. SIGUSR2 ends the waiter
-/// before attaching, where the exec path forwards signals itself.
-struct CtrlC {
-    flag: Arc<AtomicBool>,
-    waiter: Option<std::thread::JoinHandle<()>>,
-}
-
-impl CtrlC {
-    fn install() -> CtrlC {
-        let flag = Arc::new(AtomicBool::new(false));
-        let mut set = SigSet::empty();
-        set.add(Signal::SIGINT);
-        set.add(Signal::SIGUSR2);
-        if set.thread_block().is_err() {
-            return CtrlC { flag, waiter: None };
-        }
-        let f = Arc::clone(&flag);
-        let waiter = std::thread::spawn(move || loop {
-            match set.wait() {
-                Ok(Signal::SIGINT) if f.swap(true, Ordering::SeqCst) => std::process::exit(130),
-                Ok(Signal::SIGINT) => {
-                    eprintln!("airlock: cancelling (Ctrl+C again to exit at once)")
-                }
-                Ok(_) | Err(_) => return,
-            }
-        });
-        CtrlC {
-            flag,
-            waiter: Some(waiter),
-        }
-    }
-
-    fn stop(mut self) {
-        if let Some(w) = self.waiter.take() {
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::this(), Signal::SIGUSR2);
-            let _ = w.join();
         }
     }
 }

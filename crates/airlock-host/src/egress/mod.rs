@@ -18,6 +18,7 @@
 //! sandbox. Invariants: the CA private key and secret values never enter the directory, the
 //! spec or the child's command line; the sandbox sees placeholders only (N8).
 
+pub mod check;
 pub mod child;
 pub mod reload;
 pub mod supervisor;

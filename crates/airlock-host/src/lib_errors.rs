@@ -6,6 +6,7 @@ use airlock_config::{ConfigErrors, RootsError};
 use airlock_core::{
     AtomicWriteError, KnownRootsError, LockError, PrivateDirError, StateError, TrustError,
 };
+use airlock_secrets::SecretError;
 
 use crate::error::{ErrorKind, HostError};
 
@@ -162,6 +163,52 @@ impl From<KnownRootsError> for HostError {
                 HostError::new(ErrorKind::Failed, "project.remember", e.to_string())
                     .with_hint("airlock remembers project roots by their absolute UTF-8 path")
             }
+        }
+    }
+}
+
+/// How `secret set/ls/rm` report a store failure.
+impl From<SecretError> for HostError {
+    fn from(e: SecretError) -> Self {
+        let make = |kind, code, e: SecretError, hint: &str| {
+            HostError::new(kind, code, e.to_string()).with_hint(hint)
+        };
+        match e {
+            SecretError::Dir(inner) => inner.into(),
+            e @ (SecretError::Name(_) | SecretError::NoHosts { .. }) => make(
+                ErrorKind::Usage,
+                "secret.invalid",
+                e,
+                "see `airlock secret set --help`",
+            ),
+            e @ SecretError::InvalidValue { .. } => make(
+                ErrorKind::Usage,
+                "secret.bad_value",
+                e,
+                "pipe or type the value itself, on one line",
+            ),
+            e @ SecretError::NotFound { .. } => make(
+                ErrorKind::Failed,
+                "secret.not_found",
+                e,
+                "check the spelling: names are case-sensitive",
+            ),
+            e @ SecretError::Corrupt { .. } => make(
+                ErrorKind::Internal,
+                "secret.corrupt",
+                e,
+                "remove the named file, then set the secret again",
+            ),
+            e @ (SecretError::CreateRoot { .. }
+            | SecretError::Read { .. }
+            | SecretError::Write { .. }
+            | SecretError::Link { .. }
+            | SecretError::Remove { .. }) => make(
+                ErrorKind::Internal,
+                "secret.io",
+                e,
+                "check the permissions and free space of airlock's data directory",
+            ),
         }
     }
 }

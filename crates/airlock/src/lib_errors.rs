@@ -10,6 +10,7 @@ use airlock_core::{
 };
 use airlock_host::HostError;
 use airlock_protocol::{ClientError, ErrorCode};
+use airlock_secrets::SecretError;
 use airlock_term::attach::AttachError;
 use airlock_term::escape_untrusted;
 use airlock_term::secret_input::SecretInputError;
@@ -39,6 +40,7 @@ through_host!(
     TrustError,
     ProjectError,
     KnownRootsError,
+    SecretError,
 );
 
 impl From<CreateNewError> for CommandError {

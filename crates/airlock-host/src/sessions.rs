@@ -1,6 +1,7 @@
 //! Sessions of a persistent sandbox, host side (PRODUCT S1–S4): what the default session runs,
 //! and the one-shot requests (`ensure`, `list`, `kill`) over a stream to the guest's PID 1.
-//! Attaching a terminal is the binary's (it owns the terminal); it opens its stream here too.
+//! Attaching a terminal is `airlock-term`'s (the client owns the terminal); the stream it
+//! attaches over is opened here, with the detach key and the default session's spec.
 //!
 //! The default session's command comes from one place, [`default_command`]: today the sandbox
 //! user's login shell (the host user's `$SHELL` when the image has it); with an agent selected

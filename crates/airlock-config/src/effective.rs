@@ -16,6 +16,7 @@ use crate::agents::AgentSpec;
 use crate::policy::{Policy, Rule};
 use crate::project::Project;
 use crate::raw::{Layout, Preset, WorkspaceMode};
+use crate::toolchain::{CacheScope, HostEnv, Tool};
 
 /// Where a value comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -290,4 +291,10 @@ pub struct Effective {
     pub provisioning: Vec<ProvisionStep>,
     /// Paths inside every workspace the sandbox may not change (issue 9.9), lifted ones too.
     pub protect: Vec<crate::protect::ProtectedPath>,
+    /// `[env]` (user config only).
+    pub env: Sourced<HostEnv>,
+    /// `[[tool]]` (user config only).
+    pub tools: Vec<Tool>,
+    /// Whose downloads the package cache holds.
+    pub cache: Sourced<CacheScope>,
 }

@@ -70,6 +70,22 @@ pub const USER: &str = "USER";
 pub const LOGNAME: &str = "LOGNAME";
 /// Executable search path inside the sandbox.
 pub const PATH: &str = "PATH";
+/// pip's download cache, in the package cache (P2).
+pub const PIP_CACHE_DIR: &str = "PIP_CACHE_DIR";
+/// npm's download cache, in the package cache (P2).
+pub const NPM_CONFIG_CACHE: &str = "npm_config_cache";
+/// uv's cache, in the package cache (P2).
+pub const UV_CACHE_DIR: &str = "UV_CACHE_DIR";
+/// cargo's home (registry, git checkouts), writable, in the package cache (P2, P4).
+pub const CARGO_HOME: &str = "CARGO_HOME";
+/// Go's module cache, in the package cache (P2).
+pub const GOMODCACHE: &str = "GOMODCACHE";
+/// rustup's home, mapped read-only by `[[tool]] name = "rust"` (P4).
+pub const RUSTUP_HOME: &str = "RUSTUP_HOME";
+/// pyenv's root, mapped read-only by `[[tool]] name = "pyenv"` (P4).
+pub const PYENV_ROOT: &str = "PYENV_ROOT";
+/// nvm's directory, mapped read-only by `[[tool]] name = "nvm"` (P4).
+pub const NVM_DIR: &str = "NVM_DIR";
 
 /// Variables airlock reads on the host.
 pub const READ_ON_HOST: &[&str] = &[
@@ -106,6 +122,28 @@ pub const CA_BUNDLE_VARS: &[&str] = &[
     CARGO_HTTP_CAINFO,
 ];
 
+/// Variables pointing package managers into the package cache (P2), with the cache-relative
+/// directory each one names.
+pub const CACHE_DIRS: &[(&str, &str)] = &[
+    (PIP_CACHE_DIR, "pip"),
+    (NPM_CONFIG_CACHE, "npm"),
+    (UV_CACHE_DIR, "uv"),
+    (CARGO_HOME, "cargo"),
+    (GOMODCACHE, "go-mod"),
+];
+
+/// The names of [`CACHE_DIRS`].
+pub const CACHE_VARS: &[&str] = &[
+    PIP_CACHE_DIR,
+    NPM_CONFIG_CACHE,
+    UV_CACHE_DIR,
+    CARGO_HOME,
+    GOMODCACHE,
+];
+
+/// Where the package cache appears inside the sandbox (P2).
+pub const SANDBOX_CACHE_DIR: &str = "/var/cache/airlock";
+
 /// The proxy's port on the sandbox's loopback (N1).
 pub const PROXY_PORT: u16 = 3128;
 
@@ -121,6 +159,12 @@ pub const SANDBOX_LOCALE: &str = "C.UTF-8";
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cache_vars_are_the_names_of_cache_dirs() {
+        let names: Vec<&str> = CACHE_DIRS.iter().map(|(n, _)| *n).collect();
+        assert_eq!(names, CACHE_VARS);
+    }
 
     #[test]
     fn proxy_url_names_the_proxy_port() {

@@ -25,6 +25,7 @@ pub mod raw;
 pub mod roots;
 pub mod schema;
 pub mod templates;
+pub mod toolchain;
 pub mod values;
 
 pub use diagnostics::{ConfigErrors, Diagnostic};

@@ -29,6 +29,7 @@ use crate::parse::{parse_file, FileRole, ParsedFile};
 use crate::project::Project;
 use crate::raw::{Layout, RawAgentSettings, RawConfig, WorkspaceMode};
 use crate::roots::Roots;
+use crate::toolchain;
 use crate::values;
 
 /// Values given on the command line for one run (C5: they never rewrite a file).
@@ -283,6 +284,13 @@ pub fn load(req: &LoadRequest<'_>) -> Result<Effective, ConfigErrors> {
     let protect = crate::protect::resolve(user.as_ref(), req.project.map(|p| p.root.as_path()), d);
     let agents = agent_settings(&layers, selected, d);
     let provisioning = provisioning(req, &layers, d);
+    let env = toolchain::env(user.as_ref(), d);
+    let taken = toolchain::Taken {
+        workspace: workspace_root,
+        mounts: &mounts,
+    };
+    let tools = toolchain::tools(user.as_ref(), req.roots, &taken, d);
+    let cache = toolchain::cache_scope(user.as_ref());
 
     if !diags.is_empty() {
         sort_diagnostics(&mut diags, req);
@@ -314,6 +322,9 @@ pub fn load(req: &LoadRequest<'_>) -> Result<Effective, ConfigErrors> {
         agents,
         provisioning,
         protect,
+        env,
+        tools,
+        cache,
     })
 }
 

@@ -17,8 +17,9 @@ use toml_edit::{ImDocument, Item, TableLike};
 
 use crate::diagnostics::{key_segment, Diagnostic, LineIndex};
 use crate::raw::{
-    RawAgentSettings, RawConfig, RawHostPort, RawMount, RawNetwork, RawUnprotect, AGENT_KEYS,
-    CONFIG_KEYS, HOST_PORT_KEYS, MOUNT_KEYS, NETWORK_KEYS, UNPROTECT_KEYS,
+    RawAgentSettings, RawCache, RawConfig, RawEnv, RawHostPort, RawMount, RawNetwork, RawTool,
+    RawUnprotect, AGENT_KEYS, CACHE_KEYS, CONFIG_KEYS, ENV_KEYS, HOST_PORT_KEYS, MOUNT_KEYS,
+    NETWORK_KEYS, TOOL_KEYS, UNPROTECT_KEYS,
 };
 
 /// Which file is being read; decides whether user-only keys are allowed.
@@ -364,6 +365,7 @@ impl Walker<'_> {
                 raw.agents = self.agents(t);
             }
         }
+        self.host_environment(root, &mut raw);
         raw
     }
 
@@ -382,6 +384,38 @@ impl Walker<'_> {
             }
         }
         out
+    }
+
+    /// `[env]`, `[[tool]]` and `[cache]`: user config only (they name host paths and decide
+    /// what every sandbox of every project sees).
+    fn host_environment(&mut self, root: &dyn TableLike, raw: &mut RawConfig) {
+        if self.allowed_here(root, "", "env", "environment settings (`[env]`)") {
+            if let Some(t) = root.get("env").and_then(|i| self.table(i, "env")) {
+                self.keys(t, "env", ENV_KEYS);
+                raw.env = Some(RawEnv {
+                    vars: self.map(t, "env", "vars"),
+                    path_prepend: self.list(t, "env", "path_prepend"),
+                });
+            }
+        }
+        if self.allowed_here(root, "", "tool", "host toolchains (`[[tool]]`)") {
+            if let Some(item) = root.get("tool") {
+                for (p, t) in self.tables(item, "tool") {
+                    self.keys(t, &p, TOOL_KEYS);
+                    if let Some(name) = self.required::<String>(t, &p, "name") {
+                        raw.tool.push(RawTool { name });
+                    }
+                }
+            }
+        }
+        if self.allowed_here(root, "", "cache", "cache settings (`[cache]`)") {
+            if let Some(t) = root.get("cache").and_then(|i| self.table(i, "cache")) {
+                self.keys(t, "cache", CACHE_KEYS);
+                raw.cache = Some(RawCache {
+                    shared: self.leaf(t, "cache", "shared"),
+                });
+            }
+        }
     }
 
     fn mounts(&mut self, item: &Item) -> Vec<crate::raw::RawMount> {
@@ -579,6 +613,18 @@ args = ["--verbose"]
 sync_config = false
 credentials = true
 persist_state = true
+
+[env]
+path_prepend = ["/opt/tools/bin"]
+
+[env.vars]
+RUST_LOG = "debug"
+
+[[tool]]
+name = "rust"
+
+[cache]
+shared = true
 "#;
 
     fn parse(text: &str, role: FileRole) -> (RawConfig, Vec<Diagnostic>) {
@@ -614,6 +660,9 @@ persist_state = true
         assert_eq!(set(NETWORK_KEYS), schema_keys::<RawNetwork>());
         assert_eq!(set(HOST_PORT_KEYS), schema_keys::<RawHostPort>());
         assert_eq!(set(AGENT_KEYS), schema_keys::<RawAgentSettings>());
+        assert_eq!(set(ENV_KEYS), schema_keys::<RawEnv>());
+        assert_eq!(set(TOOL_KEYS), schema_keys::<RawTool>());
+        assert_eq!(set(CACHE_KEYS), schema_keys::<RawCache>());
     }
 
     #[test]
@@ -629,7 +678,10 @@ persist_state = true
                 "network.extra_ca",
                 "network.host_port",
                 "agents.claude.credentials",
-                "agents.claude.persist_state"
+                "agents.claude.persist_state",
+                "env",
+                "tool",
+                "cache"
             ]
         );
         assert!(raw.mount.is_empty());
@@ -637,6 +689,7 @@ persist_state = true
         let net = raw.network.unwrap();
         assert!(net.extra_ca.is_none() && net.host_port.is_empty());
         assert_eq!(raw.agents["claude"].credentials, None);
+        assert!(raw.env.is_none() && raw.tool.is_empty() && raw.cache.is_none());
         assert_eq!(raw.agents["claude"].sync_config, Some(false));
     }
 

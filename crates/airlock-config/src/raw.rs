@@ -64,6 +64,13 @@ pub struct RawConfig {
     /// User config only. Protected paths lifted for one project.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unprotect: Vec<RawUnprotect>,
+    /// User config only. Environment of every sandbox process (P4).
+    pub env: Option<RawEnv>,
+    /// User config only. Host toolchains mapped read-only at their host path (P4).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool: Vec<RawTool>,
+    /// User config only. The package cache mapped into sandboxes (P2).
+    pub cache: Option<RawCache>,
 }
 
 /// `[[unprotect]]` (user config only): protected paths a sandbox of one project may change.
@@ -74,6 +81,36 @@ pub struct RawUnprotect {
     pub project: String,
     /// Protected paths (as listed by `airlock plan`) lifted there; `.airlock` cannot be lifted.
     pub paths: Vec<String>,
+}
+
+/// `[env]` (user config only): variables set for every sandbox process.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawEnv {
+    /// Variables to set, `NAME = "value"`. Names match `[A-Za-z_][A-Za-z0-9_]*`; `PATH`
+    /// (use `path_prepend`), `HOME`, the proxy and CA variables and `AIRLOCK_*` are airlock's.
+    pub vars: Option<BTreeMap<String, String>>,
+    /// Absolute directories put in front of `PATH`, in this order.
+    pub path_prepend: Option<Vec<String>>,
+}
+
+/// `[[tool]]` (user config only): a host toolchain from the catalogue, mapped read-only at its
+/// host path without the files that hold credentials.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawTool {
+    /// `"rust"` (`~/.rustup` and `~/.cargo/bin`; `CARGO_HOME` is a writable directory in the
+    /// cache), `"pyenv"` (`~/.pyenv`), `"nvm"` (`~/.nvm`) or `"local-bin"` (`~/.local/bin`).
+    pub name: String,
+}
+
+/// `[cache]` (user config only).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawCache {
+    /// Share one package cache between all projects (default false: one cache per project,
+    /// so a project cannot poison another's downloads).
+    pub shared: Option<bool>,
 }
 
 /// A host directory mapped into the sandbox (`[[mount]]`, user config only).
@@ -218,7 +255,16 @@ pub(crate) const CONFIG_KEYS: &[&str] = &[
     "agents",
     "protect",
     "unprotect",
+    "env",
+    "tool",
+    "cache",
 ];
+/// Keys of [`RawEnv`].
+pub(crate) const ENV_KEYS: &[&str] = &["vars", "path_prepend"];
+/// Keys of [`RawTool`].
+pub(crate) const TOOL_KEYS: &[&str] = &["name"];
+/// Keys of [`RawCache`].
+pub(crate) const CACHE_KEYS: &[&str] = &["shared"];
 /// Keys of [`RawMount`].
 pub(crate) const MOUNT_KEYS: &[&str] = &["name", "path", "read_only"];
 /// Keys of [`RawUnprotect`].

@@ -8,5 +8,6 @@ mod policy;
 mod protect;
 mod reference;
 mod schema;
+mod toolchain;
 mod trust;
 mod untrusted;

@@ -80,6 +80,13 @@ fn schema_names_every_key_of_both_files() {
         "unprotect",
         "unprotect[].project",
         "unprotect[].paths",
+        "env",
+        "env.vars",
+        "env.path_prepend",
+        "tool",
+        "tool[].name",
+        "cache",
+        "cache.shared",
     ];
     let expected: BTreeSet<String> = expected.iter().map(|s| s.to_string()).collect();
     assert_eq!(found, expected);

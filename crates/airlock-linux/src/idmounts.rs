@@ -6,7 +6,8 @@
 //! sandbox needs through an id-mapped mount and passes the detached mounts to the init stage
 //! with the `mapped` handshake line; the init stage attaches them in its own mount namespace
 //! instead of bind-mounting host paths:
-//! - `lower:<name>` (the `host` image's system directories) and `image` (a directory image):
+//! - `lower:<name>` (the `host` image's system directories and its package state in `/var`,
+//!   `lower:var-lib-dpkg` …) and `image` (a directory image):
 //!   through the sandbox's own user namespace, so a file host root owns is owned by in-sandbox
 //!   root (which can change it in the overlay) and every other host id appears as itself inside
 //!   or as `nobody`; read-only;
@@ -27,6 +28,7 @@ use std::path::{Path, PathBuf};
 use thiserror::Error;
 
 use crate::idmap::MountMaps;
+use crate::rootfs::packages;
 use crate::spec::{Image, SandboxSpec};
 use crate::sys::idmount;
 
@@ -149,6 +151,13 @@ pub fn prepare(
                 let is_dir = std::fs::symlink_metadata(&host).is_ok_and(|m| m.is_dir());
                 if is_dir {
                     add(format!("lower:{name}"), &host, &sandbox_ns, true)?;
+                }
+            }
+            // The package manager's state in `/var` (`rootfs/packages.rs`).
+            for rel in packages::PACKAGE_STATE {
+                if packages::is_host_dir(rel) {
+                    let host = Path::new("/").join(rel);
+                    add(packages::lower_label(rel), &host, &sandbox_ns, true)?;
                 }
             }
         }

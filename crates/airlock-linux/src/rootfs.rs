@@ -14,7 +14,9 @@
 //!    invoker the lower layers, workspaces and mounts are the id-mapped mounts the host passed
 //!    (`idmounts.rs`), and entries of `/etc` and `/opt` others may not read are masked
 //!    (`rootfs/unreadable.rs`).
-//! 4. Empty top-level directories, then `$HOME` (the sandbox's own, at the host path), then
+//! 4. Empty top-level directories, then (`host` image) the package manager's state in `/var`
+//!    as overlays of the host's (`rootfs/packages.rs`), then `$HOME` (the sandbox's own, at the
+//!    host path), then
 //!    workspaces and mounts in depth order (parents first), each bind remounted `nosuid,nodev`
 //!    and `ro` when read-only; then the egress directory read-only at `/run/airlock` (the proxy
 //!    sockets and CA bundle, N1/N6) and the generated trust bundle over the system one.
@@ -45,6 +47,7 @@ use crate::sys::idmount;
 mod budget;
 mod devproc;
 mod etc;
+pub(crate) mod packages;
 mod protect;
 mod unreadable;
 
@@ -176,6 +179,9 @@ pub fn build(boot: &Bootstrap, mounts: &mut Received) -> Result<(), RootfsError>
         if !path.exists() {
             mkdir(&path, *mode)?;
         }
+    }
+    if matches!(boot.spec.image, Image::Host) {
+        packages::host_package_state(&root, &layers, mounts)?;
     }
     make_home(&root, boot)?;
     for (i, mapping) in boot.spec.mappings_in_mount_order().iter().enumerate() {

@@ -34,14 +34,18 @@ both! {
             assert!(allowed.contains(&entry), "host entry /{entry} is visible in the sandbox");
         }
         // `ls -A` of several dirs prints "dir:" headers and their entries: only the sandbox's
-        // own `/var/tmp` and `/run/airlock` (the egress sockets, N1) may appear.
+        // own `/var/tmp`, `/run/airlock` (the egress sockets, N1) and the parents of the
+        // package manager's state (`/var/lib`, `/var/cache`, `/var/log`, P1) may appear.
         let mut dir = "";
         for line in rest.lines().map(str::trim).filter(|l| !l.is_empty()) {
             if let Some(d) = line.strip_suffix(':') {
                 dir = d;
                 continue;
             }
-            let own = matches!((dir, line), ("/var", "tmp") | ("/run", "airlock"));
+            let own = matches!(
+                (dir, line),
+                ("/var", "tmp" | "lib" | "cache" | "log") | ("/run", "airlock")
+            );
             assert!(own, "{dir} is not empty: {line:?}\n{rest}");
         }
         // Something that does exist at the host's root outside the allowlist stays invisible.
@@ -168,5 +172,45 @@ both! {
         let run = rt.sh(&[], &script);
         assert!(ok(&run).contains("rw-written"), "{run:?}");
         assert_eq!(std::fs::read_to_string(rw.join("new")).unwrap(), "y\n");
+    }
+}
+
+both! {
+    /// P1, I2: the host image carries dpkg's and apt's state as overlays of the host's, with
+    /// nothing else of `/var`; changes stay in the sandbox and debconf's password store is an
+    /// empty file of the sandbox's own.
+    fn package_state_is_the_hosts_as_an_overlay_and_only_that(rt) {
+        if !std::path::Path::new("/var/lib/dpkg/status").is_file() {
+            eprintln!("skipping: this host has no dpkg database");
+            return;
+        }
+        let run = rt.sh(
+            rt.most_privileged(),
+            "(ls -A /var/lib; ls -A /var/cache; ls -A /var/log) | tr '\\n' ' '; echo; \
+             dpkg-query -W -f='${Package}\\n' coreutils; \
+             wc -c < /var/cache/debconf/passwords.dat 2>/dev/null || echo absent; \
+             touch /var/lib/dpkg/airlock-probe 2>/dev/null && echo wrote || echo read-only",
+        );
+        let out = ok(&run);
+        let lines: Vec<&str> = out.lines().collect();
+        let listed: Vec<&str> = lines[0].split_whitespace().collect();
+        for entry in &listed {
+            assert!(
+                ["dpkg", "apt", "debconf", "airlock"].contains(entry),
+                "unexpected /var entry {entry:?}: {out}"
+            );
+        }
+        assert!(listed.contains(&"dpkg"), "{out}");
+        assert_eq!(lines[1], "coreutils", "dpkg's database is not readable: {out}");
+        if std::path::Path::new("/var/cache/debconf").is_dir() {
+            assert_eq!(lines[2].trim(), "0", "passwords.dat is not masked: {out}");
+        }
+        assert!(
+            !std::path::Path::new("/var/lib/dpkg/airlock-probe").exists(),
+            "a write to /var/lib/dpkg inside reached the host"
+        );
+        if rt.is_root() {
+            assert_eq!(lines[3], "wrote", "root invokers' package state is writable: {out}");
+        }
     }
 }

@@ -1,0 +1,118 @@
+//! The package manager's state in the `host` image (P1, I2): without it `apt-get` inside finds
+//! an empty `/var` and cannot even take its lock.
+//!
+//! Each of [`PACKAGE_STATE`] that is a real directory on the host becomes an overlay with the
+//! host directory as lower layer and a per-sandbox upper layer, like the system directories:
+//! packages installed inside (as the sandbox's root) change only the upper layer, which lives on
+//! the scratch tmpfs and vanishes with the sandbox. A symbolic link or anything else at one of
+//! these paths is skipped, never followed (it would be resolved against the host's root here).
+//!
+//! `/var/cache/debconf/passwords.dat` holds answers to password questions of package
+//! configuration. It is masked by an empty 0600 file placed in the upper layer *before* the
+//! overlay is mounted: the host file's content is never read (no copy-up), and debconf can still
+//! rewrite the file inside.
+
+use std::fs;
+use std::path::Path;
+
+use nix::mount::MsFlags;
+
+use super::{lower_layer, mkdir, mount_raw, write_file, Layers, RootfsError};
+use crate::idmounts::Received;
+
+/// `/var` directories of dpkg, apt and debconf, mapped from the host (relative to `/`).
+pub const PACKAGE_STATE: &[&str] = &[
+    "var/lib/dpkg",
+    "var/lib/apt",
+    "var/cache/apt",
+    "var/cache/debconf",
+    "var/log/apt",
+];
+
+/// Files of [`PACKAGE_STATE`] masked by an empty file: `(directory, file name)`.
+pub const MASKED: &[(&str, &str)] = &[("var/cache/debconf", "passwords.dat")];
+
+/// The label of the id-mapped mount a root invoker's host passes for `rel` (`idmounts.rs`).
+pub fn lower_label(rel: &str) -> String {
+    format!("lower:{}", rel.replace('/', "-"))
+}
+
+/// Whether the host has `rel` as a real directory (a link or anything else is skipped).
+pub fn is_host_dir(rel: &str) -> bool {
+    fs::symlink_metadata(Path::new("/").join(rel)).is_ok_and(|m| m.file_type().is_dir())
+}
+
+/// Overlays each package-state directory of the host (see the module docs); the lower layer
+/// is the id-mapped mount the host passed when it passed any (a root invoker's sandbox).
+pub(super) fn host_package_state(
+    root: &Path,
+    layers: &Layers,
+    mounts: &mut Received,
+) -> Result<(), RootfsError> {
+    let scratch = layers.upper.parent().unwrap_or(Path::new("."));
+    for rel in PACKAGE_STATE {
+        if !is_host_dir(rel) {
+            continue;
+        }
+        let host = Path::new("/").join(rel);
+        let lower = lower_layer(&host, &lower_label(rel), scratch, mounts)?;
+        let target = root.join(rel);
+        create_parents(root, &target)?;
+        mkdir(&target, 0o755)?;
+        let name = rel.replace('/', "-");
+        let upper = layers.upper.join(&name);
+        let work = layers.work.join(&name);
+        mkdir(&upper, 0o755)?;
+        mkdir(&work, 0o755)?;
+        for (_, file) in MASKED.iter().filter(|(dir, _)| dir == rel) {
+            write_file(&upper.join(file), b"", 0o600)?;
+        }
+        mount_overlay(&lower, &target, &upper, &work)?;
+    }
+    Ok(())
+}
+
+/// An overlay of `lower` with the prepared `upper` (same options as the system directories).
+fn mount_overlay(
+    lower: &Path,
+    target: &Path,
+    upper: &Path,
+    work: &Path,
+) -> Result<(), RootfsError> {
+    for p in [lower, upper, work] {
+        if p.to_string_lossy().contains([',', ':', '\\']) {
+            return Err(RootfsError::UnsafeLayerPath {
+                path: p.to_path_buf(),
+            });
+        }
+    }
+    let opts = format!(
+        "lowerdir={},upperdir={},workdir={},userxattr",
+        lower.display(),
+        upper.display(),
+        work.display()
+    );
+    mount_raw(
+        Some("overlay"),
+        target,
+        Some("overlay"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        Some(&opts),
+        "overlay",
+    )
+}
+
+/// Creates the missing directories between `root` and `target` (exclusive), 0755.
+fn create_parents(root: &Path, target: &Path) -> Result<(), RootfsError> {
+    let Some(parent) = target.parent() else {
+        return Ok(());
+    };
+    let missing: Vec<&Path> = parent
+        .ancestors()
+        .take_while(|p| *p != root && !p.exists())
+        .collect();
+    for dir in missing.into_iter().rev() {
+        mkdir(dir, 0o755)?;
+    }
+    Ok(())
+}

@@ -9,6 +9,7 @@
 //!   live reload of a running sandbox's policy.
 //! - [`config`]: the effective configuration as the host loads it (trust read-only).
 //! - [`project`]: the active project of a working directory.
+//! - [`provision`]: provisioning on every `up`, the package cache, `[[tool]]` and `[env]`.
 //! - [`paths`]: airlock's private roots and the state files the verbs share.
 //! - [`sessions`]: the persistent sessions of a sandbox (S1–S4): the default session's spec
 //!   and the list/kill/ensure requests to the guest.
@@ -26,6 +27,7 @@ mod lib_errors;
 pub mod lifecycle;
 pub mod paths;
 pub mod project;
+pub mod provision;
 pub mod run;
 pub mod sessions;
 pub mod wire;

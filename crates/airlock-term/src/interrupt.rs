@@ -46,6 +46,11 @@ impl CtrlC {
         self.flag.load(Ordering::SeqCst)
     }
 
+    /// The cancel flag itself, for an operation that keeps it (provisioning stops its step).
+    pub fn flag(&self) -> Arc<AtomicBool> {
+        Arc::clone(&self.flag)
+    }
+
     /// A check for "a Ctrl+C came" to hand to a long operation.
     pub fn check(&self) -> impl Fn() -> bool + Send + Sync + 'static {
         let flag = Arc::clone(&self.flag);

@@ -17,6 +17,7 @@
 
 mod ops;
 mod plan_diff;
+mod provision;
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -26,6 +27,7 @@ pub use ops::{
     UpOutcome, UpRequest,
 };
 pub use plan_diff::{diff_plans, PlanDifference};
+pub use provision::{NoProvision, Provision, ProvisionError};
 
 use crate::backend::{BackendError, Inspection};
 use crate::lock::{Holder, LockError, LockGuard, SandboxLock};
@@ -69,6 +71,13 @@ pub enum LifecycleError {
     /// The user cancelled; `left` says in which state.
     #[error("cancelled; {left}")]
     Cancelled { left: String },
+    /// A provisioning step failed; the sandbox stays `ready` (P3).
+    #[error("sandbox {name} is ready, but {source}")]
+    Provision {
+        name: SandboxName,
+        #[source]
+        source: ProvisionError,
+    },
 }
 
 /// A sandbox's health (PRODUCT L5).

@@ -6,7 +6,9 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use super::{assess, diff_plans, Health, LifecycleError, OperationLog, Stores};
+use super::{
+    assess, diff_plans, Health, LifecycleError, OperationLog, Provision, ProvisionError, Stores,
+};
 use crate::backend::{Backend, BackendError, Freed, Inspection, StopReport};
 use crate::lock::LockError;
 use crate::names::SandboxName;
@@ -45,6 +47,8 @@ pub struct UpOutcome {
     pub cleaned: CleanOutcome,
     /// The operation record as finished (phase timings).
     pub operation: OperationRecord,
+    /// How long provisioning took, measured around every step (L3).
+    pub provisioning: Duration,
 }
 
 /// What `down` did.
@@ -268,14 +272,21 @@ pub fn up<B: Backend>(
     backend: &B,
     req: UpRequest<B::Spec>,
     obs: &mut dyn Observer,
+    provision: &mut dyn Provision,
     cancelled: &dyn Fn() -> bool,
 ) -> Result<UpOutcome, LifecycleError> {
     obs.phase("lock");
     let _guard = stores.lock(&req.name, req.lock_wait)?;
     let (mut log, interrupted) = OperationLog::begin(stores, &req.name, OperationKind::Up)?;
-    let result = up_locked(stores, backend, &req, &mut log, obs, cancelled);
+    let result = up_locked(stores, backend, &req, &mut log, obs, cancelled).and_then(
+        |(record, reused, cleaned)| {
+            let started = Instant::now();
+            provision_ready(&req.name, &record, &mut log, obs, provision)?;
+            Ok((record, reused, cleaned, started.elapsed()))
+        },
+    );
     match result {
-        Ok((record, reused, cleaned)) => {
+        Ok((record, reused, cleaned, provisioning)) => {
             let operation = log.finish(OperationResult::Succeeded)?;
             Ok(UpOutcome {
                 record,
@@ -283,6 +294,7 @@ pub fn up<B: Backend>(
                 interrupted,
                 cleaned,
                 operation,
+                provisioning,
             })
         }
         Err(e) => {
@@ -305,6 +317,37 @@ pub fn up<B: Backend>(
 }
 
 type UpResult = (SandboxRecord, bool, CleanOutcome);
+
+/// Provisioning of the ready sandbox, each step's phase recorded first (see `provision.rs`).
+/// A failure or a cancellation leaves the sandbox record as it is: `ready`.
+fn provision_ready(
+    name: &SandboxName,
+    record: &SandboxRecord,
+    log: &mut OperationLog<'_>,
+    obs: &mut dyn Observer,
+    provision: &mut dyn Provision,
+) -> Result<(), LifecycleError> {
+    let mut phase = |p: &str| {
+        let phase = format!("provision:{p}");
+        log.phase(&phase)?;
+        obs.phase(&phase);
+        Ok(())
+    };
+    match provision.provision(record, &mut phase) {
+        Ok(()) => Ok(()),
+        Err(ProvisionError::State(e)) => Err(e.into()),
+        Err(ProvisionError::Cancelled { phase }) => Err(LifecycleError::Cancelled {
+            left: format!(
+                "sandbox {name} is ready and kept; provisioning stopped during {phase} and \
+                 runs again on the next `airlock up`"
+            ),
+        }),
+        Err(source @ ProvisionError::Failed { .. }) => Err(LifecycleError::Provision {
+            name: name.clone(),
+            source,
+        }),
+    }
+}
 
 fn up_locked<B: Backend>(
     stores: &Stores,

@@ -240,9 +240,14 @@ fn request(w: &World, plan: PlanSummary) -> UpRequest<()> {
 }
 
 fn up_with(w: &World, fake: &Fake, plan: PlanSummary) -> Result<UpOutcome, LifecycleError> {
-    up(&w.stores, fake, request(w, plan), &mut NoObserver, &|| {
-        false
-    })
+    up(
+        &w.stores,
+        fake,
+        request(w, plan),
+        &mut NoObserver,
+        &mut NoProvision,
+        &|| false,
+    )
 }
 
 #[test]
@@ -517,4 +522,117 @@ fn a_corrupt_record_never_blocks_down_or_clean_of_the_others() {
         path.exists(),
         "the corrupt record is left for the user to inspect"
     );
+}
+
+/// A provisioner that records the phases it was given and ends as told.
+struct Steps {
+    phases: &'static [&'static str],
+    end: Option<fn(String) -> ProvisionError>,
+    ran: Vec<String>,
+}
+
+impl Provision for Steps {
+    fn provision(
+        &mut self,
+        _: &SandboxRecord,
+        phase: &mut dyn FnMut(&str) -> Result<(), crate::state::StateError>,
+    ) -> Result<(), ProvisionError> {
+        for p in self.phases {
+            phase(p)?;
+            self.ran.push((*p).to_owned());
+        }
+        match self.end {
+            Some(end) => Err(end((*self.phases.last().unwrap()).to_owned())),
+            None => Ok(()),
+        }
+    }
+}
+
+fn up_provisioning(w: &World, fake: &Fake, steps: &mut Steps) -> Result<UpOutcome, LifecycleError> {
+    up(
+        &w.stores,
+        fake,
+        request(w, plan()),
+        &mut NoObserver,
+        steps,
+        &|| false,
+    )
+}
+
+#[test]
+fn provisioning_runs_in_order_on_fresh_and_on_retained_up() {
+    let w = world();
+    let fake = Fake::new();
+    let mut steps = Steps {
+        phases: &["base", "packages", "user-script", "project-script"],
+        end: None,
+        ran: vec![],
+    };
+    let first = up_provisioning(&w, &fake, &mut steps).unwrap();
+    assert!(!first.reused);
+    let second = up_provisioning(&w, &fake, &mut steps).unwrap();
+    assert!(second.reused, "a retained up provisions again");
+    assert_eq!(steps.ran.len(), 8);
+    assert_eq!(steps.ran[..4], steps.ran[4..]);
+    let timed: Vec<&String> = second
+        .operation
+        .timings
+        .keys()
+        .filter(|k| k.starts_with("provision:"))
+        .collect();
+    assert_eq!(timed.len(), 4, "{:?}", second.operation.timings);
+}
+
+#[test]
+fn failed_reprovision_leaves_the_sandbox_ready_and_records_the_failed_operation() {
+    let w = world();
+    let fake = Fake::new();
+    up_with(&w, &fake, plan()).unwrap();
+    let mut steps = Steps {
+        phases: &["base", "packages"],
+        end: Some(|phase| ProvisionError::Failed {
+            phase,
+            detail: "exit status 3".into(),
+        }),
+        ran: vec![],
+    };
+    let err = up_provisioning(&w, &fake, &mut steps).unwrap_err();
+    assert!(matches!(err, LifecycleError::Provision { .. }), "{err}");
+    assert!(err.to_string().contains("exit status 3"), "{err}");
+    let rec = w.stores.record(&w.name).unwrap().unwrap().data;
+    assert_eq!(rec.phase, crate::records::Phase::Ready);
+    assert_eq!(
+        status(&w.stores, &fake, &w.name).unwrap().health,
+        Health::Ready
+    );
+    let op = w.stores.operation(&w.name).unwrap().unwrap().data;
+    assert!(
+        matches!(op.result, OperationResult::Failed { .. }),
+        "{op:?}"
+    );
+    assert_eq!(op.phase, "provision:packages");
+    assert_eq!(
+        *fake.calls.borrow(),
+        ["prepare", "start"],
+        "nothing was stopped"
+    );
+}
+
+#[test]
+fn cancelled_provisioning_keeps_the_ready_sandbox_and_says_so() {
+    let w = world();
+    let fake = Fake::new();
+    let mut steps = Steps {
+        phases: &["base", "user-script"],
+        end: Some(|phase| ProvisionError::Cancelled { phase }),
+        ran: vec![],
+    };
+    let err = up_provisioning(&w, &fake, &mut steps).unwrap_err();
+    assert!(matches!(err, LifecycleError::Cancelled { .. }), "{err}");
+    assert!(err.to_string().contains("is ready and kept"), "{err}");
+    assert!(err.to_string().contains("user-script"), "{err}");
+    let rec = w.stores.record(&w.name).unwrap().unwrap().data;
+    assert_eq!(rec.phase, crate::records::Phase::Ready);
+    let op = w.stores.operation(&w.name).unwrap().unwrap().data;
+    assert_eq!(op.result, OperationResult::Cancelled);
 }

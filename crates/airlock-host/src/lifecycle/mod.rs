@@ -139,6 +139,12 @@ pub fn lifecycle_error(e: LifecycleError) -> HostError {
             HostError::new(ErrorKind::Interrupted, "lifecycle.cancelled", message)
                 .with_hint("run the command again when you are ready")
         }
+        LifecycleError::Provision { .. } => {
+            HostError::new(ErrorKind::Failed, "up.provision_failed", message).with_hint(
+                "the sandbox is ready: fix the step and run `airlock up` again (it provisions \
+                 again), or look inside with `airlock exec`",
+            )
+        }
     }
 }
 

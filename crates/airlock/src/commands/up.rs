@@ -6,10 +6,11 @@
 //!    naming `--no-attach`), the project and its configuration, the sandbox spec.
 //! 2. Ctrl+C handling (L7): the first Ctrl+C cancels cleanly (what was created is rolled back,
 //!    a ready sandbox is kept) and exits 130; a second one exits at once.
-//! 3. `airlock_core::lifecycle::up` (lock, stale cleanup, reuse/refuse/create, records).
-//! 4. One line of timings (L3: only what was measured — there are no provisioning steps yet,
-//!    so no provisioning time is claimed), then the default session (S1): attach to it,
-//!    creating it when absent or exited; with `--no-attach` only make sure it exists.
+//! 3. `airlock_core::lifecycle::up` (lock, stale cleanup, reuse/refuse/create, records), which
+//!    provisions the ready sandbox, fresh or retained (`airlock_host::provision`, P1).
+//! 4. One line of timings (L3: preparation, provisioning and total, each measured), then the
+//!    default session (S1): attach to it, creating it when absent or exited; with `--no-attach`
+//!    only make sure it exists.
 //!
 //! Test hooks, in debug builds only: `AIRLOCK_TEST_CRASH_AT=<phase>` aborts the process when
 //! that phase starts, to test crash recovery (L8); `AIRLOCK_TEST_PAUSE_AT=<phase>` sleeps 3 s
@@ -28,6 +29,7 @@ use clap::Args;
 
 use airlock_host::config::load_effective;
 use airlock_host::lifecycle::{lifecycle_error, parse_duration, plan_summary};
+use airlock_host::provision;
 use airlock_host::Host;
 
 use super::Report;
@@ -74,10 +76,13 @@ pub fn run(args: UpArgs, ctx: &Context) -> Result<Report, CommandError> {
     let mut notes = Vec::new();
     let effective = load_effective(&roots, Some(project.clone()), args.memory_mb, &mut notes)?;
     airlock_host::sessions::detach_key(&effective)?;
+    let steps = provision::plan(&effective, &roots)?;
     let mut spec = airlock_host::run::build_spec(&effective, false)?;
     airlock_host::egress::attach(&mut spec, &effective.network, &roots.data)?;
-    let plan = plan_summary(&spec);
     airlock_host::project::remember_project(&roots, &project)?;
+    let cache = provision::prepare_cache(&roots, &effective)?;
+    provision::attach_host_environment(&mut spec, &effective, &cache);
+    let plan = plan_summary(&spec);
 
     let cancel = CtrlC::install();
     let setup = setup(ctx, true)?;
@@ -92,11 +97,18 @@ pub fn run(args: UpArgs, ctx: &Context) -> Result<Report, CommandError> {
     };
     let mut progress = Progress::new();
     let cancelled = cancel.check();
+    let mut provisioner = provision::Provisioner {
+        plan: steps,
+        backend: &setup.backend,
+        cancel: cancel.flag(),
+        timings: Vec::new(),
+    };
     let outcome = lifecycle::up(
         &setup.stores,
         &setup.backend,
         request,
         &mut progress,
+        &mut provisioner,
         &cancelled,
     )
     .map_err(lifecycle_error);
@@ -187,9 +199,13 @@ fn summary(
 ) -> (Vec<String>, serde_json::Value) {
     let epoch = outcome.record.epoch.display();
     let verb = if outcome.reused { "reused" } else { "created" };
+    let provisioning = ms(outcome.provisioning);
+    let preparation = total.saturating_sub(provisioning);
     let lines = vec![
         format!("{verb} sandbox {name} (epoch {epoch})"),
-        format!("ready in {total} ms (no provisioning steps run in this version)"),
+        format!(
+            "ready in {total} ms (preparation {preparation} ms, provisioning {provisioning} ms)"
+        ),
     ];
     let json = serde_json::json!({
         "name": name.as_str(),
@@ -198,6 +214,8 @@ fn summary(
         "guest": { "pid": outcome.record.guest.as_ref().map(|g| g.pid) },
         "timings": {
             "total_ms": total,
+            "preparation_ms": preparation,
+            "provisioning_ms": provisioning,
             "phases": outcome.operation.timings,
         },
     });
@@ -258,6 +276,10 @@ impl Progress {
             "wait" => "waiting for the sandbox to be ready",
             "record" => "recording the ready sandbox",
             "rollback" => "rolling back what was created",
+            "provision:base" => "provisioning: base setup",
+            "provision:packages" => "provisioning: packages",
+            "provision:user-script" => "provisioning: the user's provision.sh",
+            "provision:project-script" => "provisioning: the project's .airlock/provision.sh",
             other => other,
         }
     }

@@ -6,6 +6,7 @@
 mod crash;
 mod interrupt;
 mod names;
+mod provision;
 mod reuse;
 mod teardown;
 mod unprivileged;

@@ -1,0 +1,133 @@
+//! [`Provisioner`]: runs a [`ProvisionPlan`] in a ready sandbox (see the module docs of
+//! `provision`).
+
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use airlock_core::backend::Backend;
+use airlock_core::lifecycle::{Provision, ProvisionError};
+use airlock_core::records::SandboxRecord;
+use airlock_core::state::StateError;
+use airlock_protocol::{ExecClient, ExecController, ExecRequest, ExitStatus};
+
+use super::output::Prefixed;
+use super::{phase_name, Action, ProvisionPlan, Step, STOP_GRACE};
+use crate::lifecycle::backend::LinuxBackend;
+use crate::lifecycle::key_of;
+
+/// Runs the plan's steps through the backend's exec channel; `cancel` is the Ctrl+C flag.
+pub struct Provisioner<'a> {
+    pub plan: ProvisionPlan,
+    pub backend: &'a LinuxBackend,
+    pub cancel: Arc<AtomicBool>,
+    /// Each step's phase and measured time, in order.
+    pub timings: Vec<(&'static str, Duration)>,
+}
+
+impl Provision for Provisioner<'_> {
+    fn provision(
+        &mut self,
+        record: &SandboxRecord,
+        phase: &mut dyn FnMut(&str) -> Result<(), StateError>,
+    ) -> Result<(), ProvisionError> {
+        for step in self.plan.steps.clone() {
+            let name = phase_name(step.phase);
+            if self.cancel.load(Ordering::SeqCst) {
+                return Err(ProvisionError::Cancelled { phase: name.into() });
+            }
+            phase(name)?;
+            let started = Instant::now();
+            let result = self.run_step(record, &step);
+            self.timings.push((name, started.elapsed()));
+            result?;
+        }
+        Ok(())
+    }
+}
+
+impl Provisioner<'_> {
+    fn run_step(&self, record: &SandboxRecord, step: &Step) -> Result<(), ProvisionError> {
+        let name = phase_name(step.phase);
+        let Action::Exec { argv, user, cwd } = &step.action else {
+            return Ok(());
+        };
+        let fail = |detail: String| ProvisionError::Failed {
+            phase: name.into(),
+            detail: format!(
+                "{detail} (owner {}, workspace {})",
+                step.owner, self.plan.workspace
+            ),
+        };
+        let channel = self
+            .backend
+            .connect(record)
+            .map_err(|e| fail(format!("cannot reach the sandbox: {e}")))?;
+        let key = key_of(&channel.key).map_err(|e| fail(e.message))?;
+        let client = ExecClient::connect(channel.stream, &key)
+            .map_err(|e| fail(format!("cannot open an exec stream: {e}")))?;
+        let request = ExecRequest {
+            argv: argv.clone(),
+            env: Default::default(),
+            cwd: cwd.clone(),
+            user: *user,
+            tty: None,
+        };
+        let done = Arc::new(AtomicBool::new(false));
+        let watcher = watch_cancel(client.controller(), &self.cancel, &done);
+        let mut out = Prefixed::new(name, std::io::stderr());
+        let mut err = Prefixed::new(name, std::io::stderr());
+        let status = client.run(&request, None, &mut out, &mut err);
+        done.store(true, Ordering::SeqCst);
+        let _ = watcher.join();
+        let _ = err.flush();
+        if self.cancel.load(Ordering::SeqCst) {
+            return Err(ProvisionError::Cancelled { phase: name.into() });
+        }
+        match status {
+            Ok(ExitStatus::Code(0)) => Ok(()),
+            Ok(ExitStatus::Code(code)) => Err(fail(format!(
+                "it exited with status {code}; its output is above"
+            ))),
+            Ok(ExitStatus::Signal(signal)) => Err(fail(format!(
+                "it was killed by signal {signal}; its output is above"
+            ))),
+            Err(e) => Err(fail(e.to_string())),
+        }
+    }
+}
+
+/// Stops the step's process group when `cancel` is set: SIGTERM, then SIGKILL after
+/// [`STOP_GRACE`]. Ends when `done` is set.
+fn watch_cancel(
+    controller: ExecController,
+    cancel: &Arc<AtomicBool>,
+    done: &Arc<AtomicBool>,
+) -> thread::JoinHandle<()> {
+    let (cancel, done) = (Arc::clone(cancel), Arc::clone(done));
+    thread::spawn(move || {
+        let tick = Duration::from_millis(50);
+        while !done.load(Ordering::SeqCst) {
+            if cancel.load(Ordering::SeqCst) {
+                let _ = controller.signal(libc_signal::SIGTERM);
+                let deadline = Instant::now() + STOP_GRACE;
+                while !done.load(Ordering::SeqCst) && Instant::now() < deadline {
+                    thread::sleep(tick);
+                }
+                if !done.load(Ordering::SeqCst) {
+                    let _ = controller.signal(libc_signal::SIGKILL);
+                }
+                return;
+            }
+            thread::sleep(tick);
+        }
+    })
+}
+
+/// Signal numbers as the protocol carries them.
+mod libc_signal {
+    pub const SIGTERM: i32 = nix::sys::signal::Signal::SIGTERM as i32;
+    pub const SIGKILL: i32 = nix::sys::signal::Signal::SIGKILL as i32;
+}

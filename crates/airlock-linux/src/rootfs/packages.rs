@@ -11,6 +11,12 @@
 //! configuration. It is masked by an empty 0600 file placed in the upper layer *before* the
 //! overlay is mounted: the host file's content is never read (no copy-up), and debconf can still
 //! rewrite the file inside.
+//!
+//! dpkg refuses to run when `/var/lib/dpkg/statoverride` names a user or group that does not
+//! exist, and the sandbox's generated `passwd`/`group` list only root, the sandbox user and
+//! nobody. The upper layer therefore gets a copy keeping only the overrides owned by
+//! `root:root` (the dropped ones concern setuid/setgid helpers and group-private directories,
+//! which mean nothing in a `nosuid` sandbox without those groups).
 
 use std::fs;
 use std::path::Path;
@@ -67,6 +73,9 @@ pub(super) fn host_package_state(
         for (_, file) in MASKED.iter().filter(|(dir, _)| dir == rel) {
             write_file(&upper.join(file), b"", 0o600)?;
         }
+        if *rel == "var/lib/dpkg" {
+            filter_statoverride(&lower.join(STATOVERRIDE), &upper.join(STATOVERRIDE))?;
+        }
         mount_overlay(&lower, &target, &upper, &work)?;
     }
     Ok(())
@@ -102,6 +111,46 @@ fn mount_overlay(
     )
 }
 
+/// dpkg's list of owner and mode overrides, relative to `/var/lib/dpkg`.
+const STATOVERRIDE: &str = "statoverride";
+
+/// Largest `statoverride` read from the host.
+const STATOVERRIDE_CAP: u64 = 1 << 20;
+
+/// Writes the `root:root` lines of the host's `statoverride` (a regular file; absent: nothing).
+fn filter_statoverride(host: &Path, upper: &Path) -> Result<(), RootfsError> {
+    use std::io::Read;
+    let inspect = |source| RootfsError::Inspect {
+        path: host.to_path_buf(),
+        source,
+    };
+    let file = match fs::symlink_metadata(host) {
+        Ok(m) if m.file_type().is_file() => fs::File::open(host).map_err(inspect)?,
+        Ok(_) => return Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(inspect(e)),
+    };
+    let mut text = String::new();
+    file.take(STATOVERRIDE_CAP)
+        .read_to_string(&mut text)
+        .map_err(inspect)?;
+    write_file(upper, root_overrides(&text).as_bytes(), 0o644)
+}
+
+/// The lines of a `statoverride` text whose owner and group are both root.
+fn root_overrides(text: &str) -> String {
+    text.lines()
+        .filter(|l| {
+            let mut f = l.split_whitespace();
+            matches!(
+                (f.next(), f.next()),
+                (Some("root" | "#0"), Some("root" | "#0"))
+            )
+        })
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
 /// Creates the missing directories between `root` and `target` (exclusive), 0755.
 fn create_parents(root: &Path, target: &Path) -> Result<(), RootfsError> {
     let Some(parent) = target.parent() else {
@@ -115,4 +164,19 @@ fn create_parents(root: &Path, target: &Path) -> Result<(), RootfsError> {
         mkdir(dir, 0o755)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statoverride_keeps_only_root_owned_overrides() {
+        let host = "root ssl-cert 710 /etc/ssl/private\nroot root 755 /usr/bin/x\n\
+                    messagebus root 4754 /usr/lib/y\n#0 #0 700 /z\n";
+        assert_eq!(
+            root_overrides(host),
+            "root root 755 /usr/bin/x\n#0 #0 700 /z\n"
+        );
+    }
 }

@@ -7,6 +7,7 @@
 //! denied.
 
 mod live;
+mod packages;
 mod proxy;
 mod tools;
 

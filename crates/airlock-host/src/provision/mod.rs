@@ -9,7 +9,9 @@
 //!    `provision.sh` the same way beneath the user config directory. `packages` in the `host`
 //!    image of an unprivileged invoker are refused here ([`check_packages`]).
 //! 2. `airlock_core::lifecycle::up` calls [`Provisioner`] once the sandbox is ready, under the
-//!    sandbox lock, recording each step's phase first. Each step runs *inside* the sandbox
+//!    sandbox lock, recording each step's phase first. The base step starts no process: it
+//!    has the keeper's proxy reload the current network policy and secrets, so a retained
+//!    sandbox enforces the configuration as it is now, before any package is fetched. Each step runs *inside* the sandbox
 //!    through the exec channel — never on the host — as the sandbox user, or as the sandbox's
 //!    root for `packages` and for a script that asks for it with a `# airlock: run-as root`
 //!    line in its leading comments. Its output streams live to stderr, each line prefixed with
@@ -47,8 +49,10 @@ pub const RUN_AS_ROOT: &str = "# airlock: run-as root";
 /// What one step runs inside the sandbox.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Action {
-    /// Nothing to execute: the base setup is part of the sandbox's files and environment.
-    Nothing,
+    /// The base setup: locale and CA trust are part of the sandbox's environment and files
+    /// from its start; what can change between two `up`s of a retained sandbox — the network
+    /// policy and the secrets (hand edits included) — is re-applied by its keeper's proxy.
+    Base,
     /// A process.
     Exec {
         argv: Vec<String>,
@@ -122,7 +126,7 @@ pub fn plan(eff: &Effective, roots: &Roots) -> Result<ProvisionPlan, HostError> 
             StepOwner::File(path) => path.display().to_string(),
         };
         let action = match step.phase {
-            Phase::Base => Action::Nothing,
+            Phase::Base => Action::Base,
             // One step per config file asking for packages; the first installs them all.
             Phase::Packages if steps.iter().any(|s: &Step| s.phase == Phase::Packages) => continue,
             Phase::Packages => packages_action(eff),

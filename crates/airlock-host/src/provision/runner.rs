@@ -15,6 +15,7 @@ use airlock_protocol::{ExecClient, ExecController, ExecRequest, ExitStatus};
 
 use super::output::Prefixed;
 use super::{phase_name, Action, ProvisionPlan, Step, STOP_GRACE};
+use crate::egress::reload::reload_running;
 use crate::lifecycle::backend::LinuxBackend;
 use crate::lifecycle::key_of;
 
@@ -51,15 +52,26 @@ impl Provision for Provisioner<'_> {
 impl Provisioner<'_> {
     fn run_step(&self, record: &SandboxRecord, step: &Step) -> Result<(), ProvisionError> {
         let name = phase_name(step.phase);
-        let Action::Exec { argv, user, cwd } = &step.action else {
-            return Ok(());
-        };
         let fail = |detail: String| ProvisionError::Failed {
             phase: name.into(),
             detail: format!(
                 "{detail} (owner {}, workspace {})",
                 step.owner, self.plan.workspace
             ),
+        };
+        let (argv, user, cwd) = match &step.action {
+            Action::Base => {
+                let sandbox = [(record.name.clone(), record.paths.runtime_dir.clone())];
+                for r in reload_running(&sandbox) {
+                    r.result.map_err(|e| {
+                        fail(format!(
+                            "cannot re-apply the network policy and secrets: {e}"
+                        ))
+                    })?;
+                }
+                return Ok(());
+            }
+            Action::Exec { argv, user, cwd } => (argv, user, cwd),
         };
         let channel = self
             .backend

@@ -145,3 +145,36 @@ fn packages_install_through_the_proxy_vanish_on_down_and_come_from_the_cache_nex
         audit_lines(&p)
     );
 }
+
+/// P1: a retained `up` re-applies the current network policy, hand edits included, before
+/// provisioning runs.
+#[test]
+fn retained_up_applies_a_hand_edited_network_policy() {
+    let web = http_server(None);
+    let p = Project::new();
+    let url = format!("http://web.test:{}/", web.port());
+    p.env.write_user_config(&user_config(&[], None, ""));
+    p.up();
+    let denied = p.run(&[
+        "exec",
+        "--",
+        "curl",
+        "-s",
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code}",
+        &url,
+    ]);
+    assert_eq!(denied.stdout, "403", "{}", denied.stderr);
+    // A hand edit, not `airlock policy allow`: nothing tells the running proxy but `up`.
+    p.env.write_user_config(&user_config(
+        &[format!("web.test:{}", web.port())],
+        None,
+        "",
+    ));
+    p.up();
+    let allowed = p.run(&["exec", "--", "curl", "-s", &url]);
+    allowed.assert_code(0);
+    assert_eq!(allowed.stdout, super::GREETING);
+}

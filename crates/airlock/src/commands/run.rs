@@ -65,6 +65,9 @@ pub fn run(args: RunArgs, ctx: &Context) -> Result<Report, CommandError> {
     airlock_term::stream::catch_signals();
     pause_hook("start");
     airlock_host::project::remember_project(&roots, &project)?;
+    // P2, P4: the package cache, `[[tool]]` and `[env]`, as for `up` (not provisioning).
+    let cache = airlock_host::provision::prepare_cache(&roots, &effective)?;
+    airlock_host::provision::attach_host_environment(&mut spec, &effective, &cache);
 
     // 3.–5.
     let project_root = effective.project.as_ref().map(|p| p.root.clone());

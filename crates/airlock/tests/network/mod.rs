@@ -6,6 +6,7 @@
 //! user has (N3); nothing here loosens a check. The preset is `none`, so anything not named is
 //! denied.
 
+mod builds;
 mod live;
 mod packages;
 mod proxy;

@@ -168,3 +168,33 @@ fn package_cache_is_per_project_and_survives_down() {
     run.assert_code(0);
     assert_eq!(run.stdout.trim(), "kept");
 }
+
+#[test]
+fn up_killed_during_provisioning_is_recorded_interrupted_and_the_next_up_recovers() {
+    let p = Project::new();
+    let log = p.dir.join("runs.log");
+    write_project_script(&p, &format!("echo ran >> {}\n", log.display()));
+    let out = p
+        .command(&["up", "--no-attach"])
+        .env("AIRLOCK_TEST_CRASH_AT", "provision:project-script")
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        None,
+        "up was not aborted: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc = p.status();
+    assert_eq!(doc["health"], "ready", "the sandbox was ready: {doc}");
+    assert_eq!(doc["operation"]["result"], "interrupted", "{doc}");
+    assert_eq!(
+        doc["operation"]["phase"], "provision:project-script",
+        "{doc}"
+    );
+    assert!(!log.exists(), "the step ran although up died before it");
+    let up = p.up();
+    assert_eq!(up["reused"], true, "{up}");
+    assert_eq!(std::fs::read_to_string(&log).unwrap(), "ran\n");
+    assert_eq!(p.status()["operation"]["result"], "succeeded");
+}

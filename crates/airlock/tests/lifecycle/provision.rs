@@ -198,3 +198,29 @@ fn up_killed_during_provisioning_is_recorded_interrupted_and_the_next_up_recover
     assert_eq!(std::fs::read_to_string(&log).unwrap(), "ran\n");
     assert_eq!(p.status()["operation"]["result"], "succeeded");
 }
+
+#[test]
+fn packages_in_the_host_image_are_refused_at_plan_time_for_an_unprivileged_user() {
+    let p = Project::new();
+    p.env.write_project_config(&p.dir, "packages = [\"jq\"]\n");
+    let Some(run) = p.env.run_as_test_user_in(&p.dir, &["plan"]) else {
+        crate::common::skip_without_test_user();
+        return;
+    };
+    run.assert_code(2);
+    assert!(
+        run.stderr.contains("`packages` (jq) cannot be installed"),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stderr.contains("directory image"), "{}", run.stderr);
+    let Some(up) = p.env.run_as_test_user_in(&p.dir, &["up", "--no-attach"]) else {
+        return;
+    };
+    up.assert_code(2);
+    assert!(up.stderr.contains("cannot be installed"), "{}", up.stderr);
+    assert!(
+        !up.stderr.contains("starting the sandbox"),
+        "refused after a side effect"
+    );
+}

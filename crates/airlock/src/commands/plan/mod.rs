@@ -36,6 +36,7 @@ pub fn run(args: PlanArgs, ctx: &Context) -> Result<Report, CommandError> {
     let project = discover_project(ctx)?;
     let mut notes = Vec::new();
     let effective = load_effective(&roots, project, args.memory_mb, &mut notes)?;
+    airlock_host::provision::check_packages(&effective)?;
     let secrets = match SecretStore::open_existing(&roots.data)? {
         Some(store) => store.list()?,
         None => Vec::new(),

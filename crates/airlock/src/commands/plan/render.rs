@@ -20,8 +20,49 @@ pub fn render(e: &Effective, secrets: &[SecretInfo]) -> Doc {
     network(&mut doc, e);
     secrets_section(&mut doc, secrets);
     agents(&mut doc, e);
+    host_environment(&mut doc, e);
     provisioning(&mut doc, e);
     doc
+}
+
+/// The package cache, `[[tool]]` and `[env]` (P2, P4). Variable values are not printed: they
+/// are the user's, and a plan is something people paste.
+fn host_environment(doc: &mut Doc, e: &Effective) {
+    use airlock_config::toolchain::CacheScope;
+    doc.heading("Toolchains and environment");
+    let cache = match e.cache.value {
+        CacheScope::Project => "per project, at /var/cache/airlock inside",
+        CacheScope::Shared => "shared by every project, at /var/cache/airlock inside",
+    };
+    sourced(doc, "package cache", cache, e.cache.origin);
+    for tool in &e.tools {
+        let dirs: Vec<String> = tool.dirs.iter().map(|d| path_text(d)).collect();
+        doc.styled_field(
+            1,
+            &format!("tool {}", tool.name),
+            &[
+                (Style::Plain, &format!("{} (read-only)", dirs.join(", "))),
+                (Style::Dim, "  (user)"),
+            ],
+        );
+    }
+    for (name, _) in &e.env.value.vars {
+        doc.styled_field(1, name, &[(Style::Plain, "set"), (Style::Dim, "  (user)")]);
+    }
+    if !e.env.value.path_prepend.is_empty() {
+        let dirs: Vec<String> = e
+            .env
+            .value
+            .path_prepend
+            .iter()
+            .map(|d| path_text(d))
+            .collect();
+        doc.styled_field(
+            1,
+            "PATH prepends",
+            &[(Style::Plain, &dirs.join(":")), (Style::Dim, "  (user)")],
+        );
+    }
 }
 
 fn origin(o: Origin) -> String {

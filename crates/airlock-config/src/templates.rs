@@ -42,6 +42,31 @@ pub fn project_template(agent: Option<&str>, image: Option<&str>) -> String {
     )
 }
 
+/// The project provision script written by `airlock init` (`.airlock/provision.sh`).
+pub fn provision_template() -> String {
+    "# airlock provision script: runs INSIDE the sandbox on EVERY `airlock up`, fresh or\n\
+     # retained, after `packages` and your user provision script, with the project root as the\n\
+     # working directory. It runs with /bin/sh (with bash when the first line is a bash `#!`).\n\
+     #\n\
+     # Make it idempotent: a second run must leave the same result as the first, and should be\n\
+     # quick when there is nothing to do (test before you install).\n\
+     #\n\
+     # It runs as the sandbox user. To run it as the sandbox's root (namespaced: never the\n\
+     # host's root), put this line among the leading comments:\n\
+     #   # airlock: run-as root\n\
+     #\n\
+     # Downloads go through airlock's proxy (the network policy applies) and the package\n\
+     # managers' caches (pip, npm, uv, cargo, go, apt) live in /var/cache/airlock, which\n\
+     # survives `airlock down`.\n\
+     \n\
+     set -eu\n\
+     \n\
+     # [ -d .venv ] || python3 -m venv .venv\n\
+     # .venv/bin/pip install -q -r requirements.txt\n\
+     # [ -d node_modules ] || npm ci\n"
+        .to_owned()
+}
+
 /// The user config written by `airlock config` when absent.
 pub fn user_template() -> String {
     format!(
@@ -74,7 +99,22 @@ pub fn user_template() -> String {
          # [agents.claude]\n\
          # sync_config = true\n\
          # credentials = false\n\
-         # persist_state = false\n"
+         # persist_state = false\n\
+         \n\
+         # Host toolchains mapped read-only at their host path, without credential files:\n\
+         # rust (~/.rustup, ~/.cargo/bin), pyenv (~/.pyenv), nvm (~/.nvm), local-bin (~/.local/bin).\n\
+         # [[tool]]\n\
+         # name = \"rust\"\n\
+         \n\
+         # Environment of every sandbox process.\n\
+         # [env]\n\
+         # path_prepend = [\"/opt/tools/bin\"]\n\
+         # [env.vars]\n\
+         # RUST_LOG = \"info\"\n\
+         \n\
+         # One package cache for all projects (default: one per project).\n\
+         # [cache]\n\
+         # shared = false\n"
     )
 }
 

@@ -71,8 +71,11 @@ pub fn run(args: InitArgs, ctx: &Context) -> Result<Report, CommandError> {
                     .with_hint("check the permissions of the project directory")
             }
         })?;
-    let config = Project::at(root.clone(), ProjectKind::Airlock).config_path;
+    let project = Project::at(root.clone(), ProjectKind::Airlock);
+    let config = project.config_path.clone();
     create_new(&config, template.as_bytes(), 0o644)?;
+    let script = airlock_config::templates::provision_template();
+    create_new(&project.provision_path, script.as_bytes(), 0o644)?;
     // `init --agent A` is the user's own act: trust exactly the bytes written (C6), so the
     // agent's API hosts apply at once. A repository that arrives with `agent =` stays untrusted.
     let trusted = args
@@ -91,9 +94,26 @@ pub fn run(args: InitArgs, ctx: &Context) -> Result<Report, CommandError> {
             "yes: written by you, so the agent's API hosts apply",
         );
     }
+    doc.field(1, "provision script", &path_text(&project.provision_path));
+    let tools = airlock_config::toolchain::found_on_host(&roots.home);
+    if !tools.is_empty() {
+        let entries: Vec<String> = tools
+            .iter()
+            .map(|t| format!("[[tool]] name = \"{t}\""))
+            .collect();
+        doc.field(
+            1,
+            "toolchains found",
+            &format!(
+                "{} — to map them in, add {} to your user config (`airlock config`)",
+                tools.join(", "),
+                entries.join(", ")
+            ),
+        );
+    }
     doc.text(
         1,
-        &[(Style::Dim, "next: review it, then run `airlock plan`")],
+        &[(Style::Dim, "next: review them, then run `airlock plan`")],
     );
     let json = serde_json::json!({
         "project": root,
@@ -101,6 +121,8 @@ pub fn run(args: InitArgs, ctx: &Context) -> Result<Report, CommandError> {
         "agent": args.agent,
         "image": args.image,
         "trusted": matches!(trusted, Some(Ok(()))),
+        "provision_script": project.provision_path,
+        "toolchains_found": tools,
     });
     let mut report = Report::new(doc, json);
     if let Some(Err(e)) = trusted {

@@ -150,3 +150,41 @@ fn a_top_level_key_appended_to_the_init_template_stays_top_level() {
     assert_eq!(v["memory_mb"]["value"], 512, "{v}");
     assert_eq!(v["memory_mb"]["origin"], "project", "{v}");
 }
+
+#[test]
+fn init_writes_a_commented_idempotent_provision_script_that_provisions_nothing() {
+    let env = TestEnv::new();
+    let project = env.git_project("src/demo");
+    env.run_in(&project, &["init"]).assert_code(0);
+    let script = std::fs::read_to_string(project.join(".airlock/provision.sh")).unwrap();
+    assert!(script.contains("idempotent"), "{script}");
+    assert!(script.contains("# airlock: run-as root"), "{script}");
+    // Everything but `set -eu` is a comment: a fresh template changes nothing.
+    let active: Vec<&str> = script
+        .lines()
+        .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+        .collect();
+    assert_eq!(active, ["set -eu"]);
+    let plan = env.run_in(&project, &["plan", "--json"]);
+    plan.assert_code(0);
+    let phases: Vec<String> = plan.json()["provisioning"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["phase"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(phases.contains(&"project-script".to_owned()), "{phases:?}");
+}
+
+#[test]
+fn init_suggests_the_toolchains_it_finds_in_the_home() {
+    let env = TestEnv::new();
+    std::fs::create_dir_all(env.home.join(".local/bin")).unwrap();
+    let project = env.git_project("src/demo");
+    let run = env.run_in(&project, &["init", "--json"]);
+    run.assert_code(0);
+    assert_eq!(
+        run.json()["toolchains_found"],
+        serde_json::json!(["local-bin"])
+    );
+}

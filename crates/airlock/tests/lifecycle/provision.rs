@@ -224,3 +224,29 @@ fn packages_in_the_host_image_are_refused_at_plan_time_for_an_unprivileged_user(
         "refused after a side effect"
     );
 }
+
+/// C7: the project's provision script is hostile input to the host — a link is never followed
+/// (not even to a file the user could read), and an oversized script is refused, both before
+/// anything starts.
+#[test]
+fn linked_or_oversized_project_scripts_are_refused_before_any_side_effect() {
+    let p = Project::new();
+    let outside = p
+        .env
+        .write(&p.env.root().join("outside.sh"), "echo followed\n");
+    std::fs::create_dir_all(p.dir.join(".airlock")).unwrap();
+    std::os::unix::fs::symlink(&outside, p.dir.join(".airlock/provision.sh")).unwrap();
+    let (code, stderr) = up(&p);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("provision.sh"), "{stderr}");
+    assert!(!stderr.contains("starting the sandbox"), "{stderr}");
+    assert_eq!(p.status()["health"], "absent");
+
+    std::fs::remove_file(p.dir.join(".airlock/provision.sh")).unwrap();
+    let big = format!("{}\n", "#".repeat(70 * 1024));
+    write_project_script(&p, &big);
+    let (code, stderr) = up(&p);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("provision.sh"), "{stderr}");
+    assert!(!stderr.contains("starting the sandbox"), "{stderr}");
+}

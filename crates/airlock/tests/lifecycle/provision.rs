@@ -250,3 +250,43 @@ fn linked_or_oversized_project_scripts_are_refused_before_any_side_effect() {
     assert!(stderr.contains("provision.sh"), "{stderr}");
     assert!(!stderr.contains("starting the sandbox"), "{stderr}");
 }
+
+/// T4: an unprivileged invoker's sandbox provisions too: the scripts run as its sandbox user
+/// and the package cache is its own private directory.
+#[test]
+fn unprivileged_invoker_provisions_with_its_own_cache() {
+    let p = Project::new();
+    let log = p.dir.join("ran.log");
+    write_project_script(
+        &p,
+        &format!(
+            "id -u > {}\necho $PIP_CACHE_DIR >> {}\n",
+            log.display(),
+            log.display()
+        ),
+    );
+    let Some(up) = p.env.run_as_test_user_in(&p.dir, &["up", "--no-attach"]) else {
+        crate::common::skip_without_test_user();
+        return;
+    };
+    up.assert_code(0);
+    let text = std::fs::read_to_string(&log).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_ne!(lines[0], "0", "the script ran as root: {text}");
+    assert_eq!(lines[1], "/var/cache/airlock/pip", "{text}");
+    use std::os::unix::fs::MetadataExt;
+    let projects = p.env.cache_home().join("airlock/projects");
+    let cache = std::fs::read_dir(&projects)
+        .unwrap()
+        .flatten()
+        .next()
+        .unwrap()
+        .path();
+    let meta = std::fs::metadata(&cache).unwrap();
+    assert_eq!(meta.mode() & 0o777, 0o700, "{}", cache.display());
+    assert_eq!(Some(meta.uid()), crate::common::test_user().map(|(u, _)| u));
+    p.env
+        .run_as_test_user_in(&p.dir, &["down"])
+        .unwrap()
+        .assert_code(0);
+}

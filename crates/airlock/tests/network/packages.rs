@@ -110,10 +110,20 @@ fn packages_install_through_the_proxy_vanish_on_down_and_come_from_the_cache_nex
     ));
     p.env
         .write_project_config(&p.dir, "packages = [\"airlock-hello\"]\n");
+    // P1 order: the project's script runs after `packages` and sees the package.
+    p.env.write(
+        &p.dir.join(".airlock/provision.sh"),
+        "cat /usr/share/airlock-hello/hello.txt\n",
+    );
 
     let first = p.run(&["up", "--no-attach"]);
     first.assert_code(0);
     assert!(first.stderr.contains("[packages]"), "{}", first.stderr);
+    assert!(
+        first.stderr.contains("[project-script] installed by apt"),
+        "{}",
+        first.stderr
+    );
     let cat = p.run(&["exec", "--", "cat", "/usr/share/airlock-hello/hello.txt"]);
     cat.assert_code(0);
     assert_eq!(cat.stdout, "installed by apt\n");

@@ -299,7 +299,10 @@ impl Observer for Progress {
         if std::env::var("AIRLOCK_TEST_CRASH_AT").is_ok_and(|p| p == phase) {
             std::process::abort();
         }
-        if self.live {
+        if self.live && phase.starts_with("provision:") {
+            // A step streams its own lines: its phase line stays, above them.
+            eprintln!("\r\x1b[Kairlock up: {}", Self::describe(phase));
+        } else if self.live {
             eprint!("\r\x1b[Kairlock up: {}…", Self::describe(phase));
         } else {
             eprintln!("airlock up: {}", Self::describe(phase));

@@ -137,6 +137,7 @@ mod tests {
             limits: Limits::default(),
             require_root: false,
             egress: None,
+            protect: vec![],
         }
     }
 

@@ -203,6 +203,12 @@ fn script_action(text: &str, owner: &str, cwd: Option<String>) -> Action {
 /// apt-get as the sandbox's root, archives and lists in the package cache (P2): nothing is
 /// fetched when every package is installed, and a fresh sandbox installs from the cached
 /// archives without `apt-get update` unless that fails.
+///
+/// The cache outlives the sandbox, and the next sandbox's root may be another host id (a root
+/// invoker's sandboxes each claim their own range): whatever root writes there is given to the
+/// cache's owner, the sandbox user, when the step ends, however it ends; apt's lock files are
+/// removed. A tree a killed step left owned by an id this sandbox cannot use is moved aside
+/// (`apt.stale-*`, the host user may delete it) and the cache starts again.
 const APT_SCRIPT: &str = r#"set -eu
 if ! command -v apt-get >/dev/null 2>&1; then
   echo "airlock: \`packages\` needs apt-get, which this image does not have" >&2
@@ -217,6 +223,18 @@ if [ -z "$missing" ]; then
   exit 0
 fi
 cache=@CACHE@
+owner=$(stat -c %u:%g "${cache%/*}")
+if [ -e "$cache" ] && [ -n "$(find "$cache" ! -user "${owner%:*}" -print -quit 2>/dev/null || echo unreadable)" ]; then
+  stale="$cache.stale-$$"
+  echo "airlock: moving aside $cache (left by an interrupted step) to $stale" >&2
+  mv "$cache" "$stale"
+fi
+release() {
+  rm -f "$cache/archives/lock" "$cache/lists/lock"
+  chown -R "$owner" "$cache" 2>/dev/null || true
+}
+trap release EXIT
+trap 'exit 143' TERM INT HUP
 mkdir -p "$cache/archives/partial" "$cache/lists/partial"
 export DEBIAN_FRONTEND=noninteractive
 aptc() {

@@ -57,6 +57,23 @@ fn build_repo(dir: &Path) -> PathBuf {
     repo
 }
 
+/// Entries under `dir` (not following links) whose owner is not the invoking user.
+fn foreign_owned(dir: &Path) -> Vec<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let me = rustix::process::getuid().as_raw();
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let meta = std::fs::symlink_metadata(e.path()).unwrap();
+        if meta.uid() != me {
+            out.push(e.path());
+        }
+        if meta.is_dir() {
+            out.extend(foreign_owned(&e.path()));
+        }
+    }
+    out
+}
+
 fn audit_lines(p: &Project) -> String {
     let mut text = String::new();
     let dir = p.state_root().join("sandboxes");
@@ -139,6 +156,13 @@ fn packages_install_through_the_proxy_vanish_on_down_and_come_from_the_cache_nex
     );
 
     p.run(&["down"]).assert_code(0);
+    // The next sandbox's root may be another host id: everything in the cache belongs to the
+    // invoker (the sandbox user), nothing to this sandbox's root.
+    let foreign = foreign_owned(&p.env.cache_home().join("airlock"));
+    assert!(
+        foreign.is_empty(),
+        "cache entries not owned by the invoker: {foreign:?}"
+    );
     let requests_before = web.seen.all();
     let second = p.run(&["up", "--no-attach"]);
     second.assert_code(0);

@@ -338,8 +338,8 @@ fn provision_ready(
         Err(ProvisionError::State(e)) => Err(e.into()),
         Err(ProvisionError::Cancelled { phase }) => Err(LifecycleError::Cancelled {
             left: format!(
-                "sandbox {name} is ready and kept; provisioning stopped during {phase} and \
-                 runs again on the next `airlock up`"
+                "sandbox {name} was already ready and is kept; provisioning stopped during \
+                 {phase} and runs again on the next `airlock up`"
             ),
         }),
         Err(source @ ProvisionError::Failed { .. }) => Err(LifecycleError::Provision {

@@ -629,7 +629,10 @@ fn cancelled_provisioning_keeps_the_ready_sandbox_and_says_so() {
     };
     let err = up_provisioning(&w, &fake, &mut steps).unwrap_err();
     assert!(matches!(err, LifecycleError::Cancelled { .. }), "{err}");
-    assert!(err.to_string().contains("is ready and kept"), "{err}");
+    assert!(
+        err.to_string().contains("already ready and is kept"),
+        "{err}"
+    );
     assert!(err.to_string().contains("user-script"), "{err}");
     let rec = w.stores.record(&w.name).unwrap().unwrap().data;
     assert_eq!(rec.phase, crate::records::Phase::Ready);

@@ -5,7 +5,8 @@
 //! Read-only, like the rest of `plan`: the lifecycle roots are only verified (never created),
 //! no lock is taken, and health comes from `airlock_core::lifecycle::status`, which proves
 //! processes without touching them. The planned summary is built exactly as `up` builds it
-//! (`run::build_spec` → `egress::attach` → `lifecycle::plan_summary`) and compared with the record's
+//! (`run::build_spec` → `egress::attach` → `provision::attach_host_environment` →
+//! `lifecycle::plan_summary`) and compared with the record's
 //! summary by `diff_plans`, the same comparison `up` refuses with, so `plan` and `up` cannot
 //! disagree about what differs.
 //!
@@ -103,6 +104,10 @@ fn compare_named(
     };
     let mut spec = crate::run::build_spec(effective, false)?;
     crate::egress::attach(&mut spec, &effective.network, &roots.data)?;
+    // The package cache's path without creating it (`up` creates it): plan changes nothing.
+    if let Ok(cache) = crate::provision::cache_dir(&roots, effective) {
+        crate::provision::attach_host_environment(&mut spec, effective, &cache);
+    }
     let planned = plan_summary(&spec);
     out.differences = diff_plans(&record.plan, &planned);
     if !out.differences.is_empty() {

@@ -123,7 +123,7 @@ fn ctrl_c_during_a_step_stops_it_keeps_the_sandbox_and_exits_130() {
     let out = child.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(130), "{stderr}");
-    assert!(stderr.contains("is ready and kept"), "{stderr}");
+    assert!(stderr.contains("already ready and is kept"), "{stderr}");
     assert!(stderr.contains("project-script"), "{stderr}");
     let doc = p.status();
     assert_eq!(doc["health"], "ready", "{doc}");

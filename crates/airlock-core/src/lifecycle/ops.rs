@@ -306,7 +306,8 @@ pub fn up<B: Backend>(
                 | LifecycleError::Ownership(_)
                 | LifecycleError::CreateDir { .. }
                 | LifecycleError::PlanChanged { .. }
-                | LifecycleError::Blocked { .. } => OperationResult::Failed {
+                | LifecycleError::Blocked { .. }
+                | LifecycleError::Provision { .. } => OperationResult::Failed {
                     message: e.to_string(),
                 },
             };

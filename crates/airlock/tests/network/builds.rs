@@ -40,7 +40,7 @@ fn walk(dir: &Path) -> usize {
 fn rust_project_with_a_path_dependency_builds_with_only_a_tool_entry() {
     // The toolchain of the user running the suite (root here): HOME must be that user's.
     let home = Path::new("/root");
-    if rustix::process::getuid().as_raw() != 0 || !home.join(".rustup").is_dir() {
+    if nix::unistd::getuid().as_raw() != 0 || !home.join(".rustup").is_dir() {
         assert!(
             std::env::var_os("CI").is_none(),
             "this test needs root with rustup in /root/.rustup"

@@ -60,7 +60,7 @@ fn build_repo(dir: &Path) -> PathBuf {
 /// Entries under `dir` (not following links) whose owner is not the invoking user.
 fn foreign_owned(dir: &Path) -> Vec<PathBuf> {
     use std::os::unix::fs::MetadataExt;
-    let me = rustix::process::getuid().as_raw();
+    let me = nix::unistd::getuid().as_raw();
     let mut out = Vec::new();
     for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
         let meta = std::fs::symlink_metadata(e.path()).unwrap();
@@ -85,7 +85,7 @@ fn audit_lines(p: &Project) -> String {
 
 #[test]
 fn packages_install_through_the_proxy_vanish_on_down_and_come_from_the_cache_next_time() {
-    if rustix::process::getuid().as_raw() != 0 {
+    if nix::unistd::getuid().as_raw() != 0 {
         assert!(
             std::env::var_os("CI").is_none(),
             "this test needs root (the host image is read-only for unprivileged invokers)"

@@ -8,7 +8,9 @@
 //! `persist_state`), and the environment variables that carry API keys (A3: only through proxy
 //! placeholders).
 //!
-//! Paths are relative to the home directory; a trailing `/` marks a directory.
+//! `config_dir` is relative to the home directory (empty: the home itself); `config_sync`
+//! entries are relative to `config_dir`, a trailing `/` marks a directory; `state_paths` are
+//! relative to the home directory.
 
 use serde::Serialize;
 
@@ -25,12 +27,27 @@ pub struct AgentSpec {
     pub default_args: &'static [&'static str],
     /// Host patterns of the agent's API and login endpoints.
     pub api_hosts: &'static [&'static str],
-    /// User-authored configuration that `sync_config` may copy into the sandbox.
+    /// The agent's configuration directory, relative to the home directory (`""`: the home).
+    /// Config sync reads beneath it and never follows a link out of it.
+    pub config_dir: &'static str,
+    /// User-authored configuration (relative to `config_dir`) that `sync_config` may copy.
     pub config_sync: &'static [&'static str],
     /// Files and directories that hold the agent's login and state (A4).
     pub state_paths: &'static [&'static str],
     /// Environment variables carrying API keys; only ever set to placeholders (N5).
     pub api_key_env: &'static [&'static str],
+    /// The package that provides `command` when the image lacks it (A1).
+    pub package: Package,
+}
+
+/// Where an agent's command comes from when the image does not have it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "manager", content = "name")]
+pub enum Package {
+    /// An npm package installed with `npm install --global --prefix <tool dir>`.
+    Npm(&'static str),
+    /// A Python package installed into a virtual environment in the tool dir.
+    Pip(&'static str),
 }
 
 /// Every agent airlock knows.
@@ -46,25 +63,34 @@ pub const CATALOGUE: &[AgentSpec] = &[
             "statsig.anthropic.com",
             "claude.ai",
         ],
+        config_dir: ".claude",
         config_sync: &[
-            ".claude/CLAUDE.md",
-            ".claude/settings.json",
-            ".claude/commands/",
-            ".claude/agents/",
-            ".claude/skills/",
+            "CLAUDE.md",
+            "settings.json",
+            "commands/",
+            "agents/",
+            "skills/",
         ],
         state_paths: &[".claude/", ".claude.json"],
         api_key_env: &["ANTHROPIC_API_KEY"],
+        package: Package::Npm("@anthropic-ai/claude-code"),
     },
     AgentSpec {
         name: "codex",
         display_name: "Codex CLI",
         command: "codex",
         default_args: &["--dangerously-bypass-approvals-and-sandbox"],
-        api_hosts: &["api.openai.com", "auth.openai.com", "chatgpt.com"],
-        config_sync: &[".codex/config.toml", ".codex/AGENTS.md", ".codex/prompts/"],
+        api_hosts: &[
+            "api.openai.com",
+            "auth.openai.com",
+            "chatgpt.com",
+            "ab.chatgpt.com",
+        ],
+        config_dir: ".codex",
+        config_sync: &["config.toml", "AGENTS.md", "prompts/"],
         state_paths: &[".codex/"],
         api_key_env: &["OPENAI_API_KEY"],
+        package: Package::Npm("@openai/codex"),
     },
     AgentSpec {
         name: "opencode",
@@ -72,14 +98,11 @@ pub const CATALOGUE: &[AgentSpec] = &[
         command: "opencode",
         default_args: &[],
         api_hosts: &["opencode.ai", "models.dev"],
-        config_sync: &[
-            ".config/opencode/opencode.json",
-            ".config/opencode/AGENTS.md",
-            ".config/opencode/agent/",
-            ".config/opencode/command/",
-        ],
+        config_dir: ".config/opencode",
+        config_sync: &["opencode.json", "AGENTS.md", "agent/", "command/"],
         state_paths: &[".local/share/opencode/"],
         api_key_env: &["ANTHROPIC_API_KEY", "OPENAI_API_KEY"],
+        package: Package::Npm("opencode-ai"),
     },
     AgentSpec {
         name: "gemini",
@@ -91,13 +114,11 @@ pub const CATALOGUE: &[AgentSpec] = &[
             "cloudcode-pa.googleapis.com",
             "oauth2.googleapis.com",
         ],
-        config_sync: &[
-            ".gemini/settings.json",
-            ".gemini/GEMINI.md",
-            ".gemini/commands/",
-        ],
+        config_dir: ".gemini",
+        config_sync: &["settings.json", "GEMINI.md", "commands/"],
         state_paths: &[".gemini/"],
         api_key_env: &["GEMINI_API_KEY"],
+        package: Package::Npm("@google/gemini-cli"),
     },
     AgentSpec {
         name: "copilot",
@@ -109,9 +130,11 @@ pub const CATALOGUE: &[AgentSpec] = &[
             "api.githubcopilot.com",
             "**.githubcopilot.com",
         ],
-        config_sync: &[".copilot/agents/"],
+        config_dir: ".copilot",
+        config_sync: &["agents/"],
         state_paths: &[".copilot/"],
         api_key_env: &["GH_TOKEN", "GITHUB_TOKEN"],
+        package: Package::Npm("@github/copilot"),
     },
     AgentSpec {
         name: "aider",
@@ -119,9 +142,11 @@ pub const CATALOGUE: &[AgentSpec] = &[
         command: "aider",
         default_args: &[],
         api_hosts: &["api.openai.com", "api.anthropic.com"],
+        config_dir: "",
         config_sync: &[".aider.conf.yml", ".aider.model.settings.yml"],
         state_paths: &[".aider/"],
         api_key_env: &["OPENAI_API_KEY", "ANTHROPIC_API_KEY"],
+        package: Package::Pip("aider-chat"),
     },
 ];
 
@@ -210,7 +235,16 @@ mod tests {
                 }
                 // A sync entry may sit inside a state directory (it is user-authored), but it
                 // must never be a whole state directory or state file.
-                assert!(!agent.state_paths.contains(sync), "{}: {sync}", agent.name);
+                let home_rel = if agent.config_dir.is_empty() {
+                    (*sync).to_owned()
+                } else {
+                    format!("{}/{sync}", agent.config_dir)
+                };
+                assert!(
+                    !agent.state_paths.contains(&home_rel.as_str()),
+                    "{}: {sync}",
+                    agent.name
+                );
             }
         }
     }

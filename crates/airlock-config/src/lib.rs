@@ -8,6 +8,7 @@
 
 pub mod agents;
 pub mod beneath;
+pub mod credential_shapes;
 pub mod diagnostics;
 pub mod edit;
 pub mod effective;

@@ -23,6 +23,7 @@
 use std::fs::File;
 use std::io::{self, Read};
 use std::os::fd::OwnedFd;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 
 use rustix::fs::{openat, openat2, FileType, Mode, OFlags, ResolveFlags, CWD};
@@ -100,6 +101,93 @@ pub fn open_beneath(root: &Path, rel: &Path) -> Result<Option<File>, BeneathErro
 /// Reads `root/rel` (at most `cap` bytes) without following links; `Ok(None)` when absent.
 pub fn read_beneath(root: &Path, rel: &Path, cap: u64) -> Result<Option<Vec<u8>>, BeneathError> {
     read_with(root, rel, cap, Strategy::Openat2)
+}
+
+/// What a directory entry is, as seen without following it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EntryKind {
+    /// A regular file.
+    File,
+    /// A directory.
+    Directory,
+    /// A symbolic link (never followed).
+    Link,
+    /// Anything else (FIFO, socket, device).
+    Other(&'static str),
+}
+
+/// One entry of a directory listed by [`list_beneath`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirEntry {
+    /// The entry's name.
+    pub name: std::ffi::OsString,
+    /// Its kind (`lstat`, relative to the opened directory).
+    pub kind: EntryKind,
+}
+
+/// Lists the directory `root/rel` without following any link on the way (the same resolution
+/// as [`open_beneath`]); `Ok(None)` when absent. Entries are sorted by name; `.` and `..` are
+/// left out. At most `max_entries` are returned (the rest are not read).
+pub fn list_beneath(
+    root: &Path,
+    rel: &Path,
+    max_entries: usize,
+) -> Result<Option<Vec<DirEntry>>, BeneathError> {
+    let names = components(rel)?;
+    let full = root.join(rel);
+    let dir_flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    let root_fd = openat(CWD, root, dir_flags, Mode::empty()).map_err(|e| BeneathError::Root {
+        path: root.to_owned(),
+        source: e.into(),
+    })?;
+    let fd = match resolve(root_fd, rel, &names, dir_flags, Strategy::Openat2) {
+        Ok(fd) => fd,
+        Err(Errno::NOENT) => return Ok(None),
+        Err(Errno::LOOP | Errno::XDEV) => {
+            let path = first_link(root, &names).unwrap_or(full);
+            return Err(BeneathError::Link { path });
+        }
+        Err(Errno::NOTDIR) => {
+            return Err(BeneathError::NotRegular {
+                path: full,
+                kind: "not a directory",
+            })
+        }
+        Err(e) => {
+            return Err(BeneathError::Io {
+                path: full,
+                source: e.into(),
+            })
+        }
+    };
+    let io_err = |e: Errno| BeneathError::Io {
+        path: full.clone(),
+        source: e.into(),
+    };
+    let mut dir = rustix::fs::Dir::read_from(&fd).map_err(io_err)?;
+    let mut out = Vec::new();
+    while let Some(entry) = dir.read() {
+        let entry = entry.map_err(io_err)?;
+        let name = entry.file_name().to_bytes();
+        if name == b"." || name == b".." {
+            continue;
+        }
+        if out.len() == max_entries {
+            break;
+        }
+        let name = std::ffi::OsStr::from_bytes(name).to_owned();
+        let stat = rustix::fs::statat(&fd, &name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+            .map_err(io_err)?;
+        let kind = match FileType::from_raw_mode(stat.st_mode) {
+            FileType::RegularFile => EntryKind::File,
+            FileType::Directory => EntryKind::Directory,
+            FileType::Symlink => EntryKind::Link,
+            other => EntryKind::Other(kind_name(other)),
+        };
+        out.push(DirEntry { name, kind });
+    }
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(Some(out))
 }
 
 fn read_with(
@@ -369,6 +457,43 @@ mod tests {
                 "{bad}"
             );
         }
+    }
+
+    #[test]
+    fn listing_reports_links_as_links_and_refuses_a_linked_directory() {
+        let (_t, root) = project();
+        std::fs::write(root.join(".airlock/a.md"), "").unwrap();
+        std::fs::create_dir(root.join(".airlock/sub")).unwrap();
+        symlink("/etc", root.join(".airlock/out")).unwrap();
+        let got = list_beneath(&root, Path::new(".airlock"), 100)
+            .unwrap()
+            .unwrap();
+        let kinds: Vec<_> = got
+            .iter()
+            .map(|e| (e.name.to_str().unwrap(), e.kind))
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                ("a.md", EntryKind::File),
+                ("out", EntryKind::Link),
+                ("sub", EntryKind::Directory)
+            ]
+        );
+        assert!(matches!(
+            list_beneath(&root, Path::new(".airlock/out"), 100),
+            Err(BeneathError::Link { .. })
+        ));
+        assert!(list_beneath(&root, Path::new("absent"), 100)
+            .unwrap()
+            .is_none());
+        assert_eq!(
+            list_beneath(&root, Path::new(".airlock"), 2)
+                .unwrap()
+                .unwrap()
+                .len(),
+            2
+        );
     }
 
     #[test]

@@ -13,6 +13,7 @@ use std::path::PathBuf;
 use serde::Serialize;
 
 use crate::agents::AgentSpec;
+use crate::git_worktree::LinkedGitDir;
 use crate::policy::{Policy, Rule};
 use crate::project::Project;
 use crate::raw::{Layout, Preset, WorkspaceMode};
@@ -115,6 +116,9 @@ pub struct Workspace {
     pub sandbox_path: PathBuf,
     /// Direct bind or private clone.
     pub mode: Sourced<WorkspaceMode>,
+    /// For a linked git worktree in `direct` mode: the main repository's git directory, mapped
+    /// read-write at the same path once git's back-pointer confirmed it (A5, C7).
+    pub linked_git_dir: Option<LinkedGitDir>,
 }
 
 /// The sandbox home (I3): same path as the host's, but the sandbox's own directory.

@@ -14,6 +14,7 @@ pub mod diagnostics;
 pub mod edit;
 pub mod effective;
 pub mod env_vars;
+pub mod git_worktree;
 mod limits;
 mod load;
 pub mod mounts;

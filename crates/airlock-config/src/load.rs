@@ -22,6 +22,7 @@ use crate::effective::{
     Agent, DetachKey, Effective, Files, HomeMapping, Image, LoadedFile, Origin, Phase,
     ProvisionStep, Sourced, StepOwner, Workspace,
 };
+use crate::git_worktree;
 use crate::limits;
 use crate::mounts;
 use crate::network::{self, NetworkInputs};
@@ -264,12 +265,13 @@ pub fn load(req: &LoadRequest<'_>) -> Result<Effective, ConfigErrors> {
     let s = scalars(&layers, d);
     let limits = limits::resolve_all(&layers.files, project_trusted, req.overrides, d);
     let packages = packages(&layers, d);
-    let workspaces = workspaces(req, s.workspace_mode, d);
+    let mut workspaces = workspaces(req, s.workspace_mode, d);
     let workspace_root = req.project.map(|p| p.root.as_path());
     let mounts = user
         .as_ref()
         .map(|f| mounts::validate(f, req.roots, workspace_root, d))
         .unwrap_or_default();
+    linked_git_dirs(req, &mut workspaces, &mounts, d);
     let selected = s.agent.value.as_deref().and_then(agents::find);
     let network = network::merge(
         &NetworkInputs {
@@ -373,7 +375,52 @@ fn workspaces(
         host_path: project.root.clone(),
         sandbox_path: project.root.clone(),
         mode,
+        linked_git_dir: None,
     }]
+}
+
+/// Finds the git directory a linked-worktree workspace needs (direct mode only: a clone has
+/// its own), refusing a `.git` file git does not confirm or whose directory overlaps a mount.
+fn linked_git_dirs(
+    req: &LoadRequest<'_>,
+    workspaces: &mut [Workspace],
+    mounts: &[crate::effective::Mount],
+    d: &mut Vec<Diagnostic>,
+) {
+    for w in workspaces {
+        if w.mode.value != WorkspaceMode::Direct {
+            continue;
+        }
+        let diag = |message: String| Diagnostic {
+            file: w.host_path.join(".git"),
+            key: "workspace".to_owned(),
+            line: 0,
+            column: 0,
+            message,
+        };
+        match git_worktree::linked_worktree(&w.host_path, req.roots) {
+            Ok(None) => {}
+            Ok(Some(linked)) => {
+                if let Some(m) = mounts
+                    .iter()
+                    .find(|m| mounts::overlaps(&m.host_path, &linked.common_dir))
+                {
+                    d.push(diag(format!(
+                        "the worktree's git directory {} overlaps mount {:?} ({}); \
+                         remove the mount or use the main work tree as the project",
+                        linked.common_dir.display(),
+                        m.name,
+                        m.host_path.display()
+                    )));
+                    continue;
+                }
+                w.linked_git_dir = Some(linked);
+            }
+            Err(e) => d.push(diag(format!(
+                "cannot map this linked worktree's git directory: {e}"
+            ))),
+        }
+    }
 }
 
 fn agent_settings(

@@ -4,6 +4,7 @@ mod agent_sync;
 mod common;
 mod diagnostics;
 mod effective;
+mod git_worktree;
 mod mounts;
 mod policy;
 mod protect;

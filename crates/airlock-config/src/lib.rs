@@ -26,6 +26,7 @@ pub mod project;
 pub mod protect;
 pub mod raw;
 pub mod roots;
+pub mod sandbox_git;
 pub mod schema;
 pub mod templates;
 pub mod toolchain;

@@ -9,6 +9,7 @@ mod mounts;
 mod policy;
 mod protect;
 mod reference;
+mod sandbox_git;
 mod schema;
 mod toolchain;
 mod trust;

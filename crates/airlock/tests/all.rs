@@ -4,6 +4,7 @@
 
 pub mod common;
 
+mod agents;
 mod cli;
 mod lifecycle;
 mod network;

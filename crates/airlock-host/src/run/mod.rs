@@ -383,6 +383,7 @@ pub fn build_spec(eff: &Effective, root: bool) -> Result<SandboxSpec, HostError>
                 sandbox: m.sandbox_path.clone(),
                 writable: !m.read_only,
             })
+            .chain(eff.workspaces.iter().flat_map(linked_git_mappings))
             .collect(),
         env: vec![
             (
@@ -421,6 +422,37 @@ fn protected_paths(eff: &Effective) -> Vec<airlock_linux::spec::Protected> {
             files_only: p.files_only,
         })
         .collect()
+}
+
+/// For a linked git worktree: the main repository's git directory read-write (A5: commits and
+/// branches work inside), with its `config` and `hooks` read-only on top (C8: the host executes
+/// or trusts them; both are mount points, so they cannot be renamed away either). The git
+/// directory was confirmed by git's own back-pointer when the configuration was loaded (C7).
+/// These are mounts, not workspaces: the workspace protection rules (`.git/hooks` below a work
+/// tree) do not fit a git directory.
+fn linked_git_mappings(w: &airlock_config::effective::Workspace) -> Vec<Mapping> {
+    let mut out = Vec::new();
+    if let Some(linked) = &w.linked_git_dir {
+        let common = &linked.common_dir;
+        out.push(Mapping {
+            host: common.clone(),
+            sandbox: common.clone(),
+            writable: true,
+        });
+        for protected in ["config", "hooks"] {
+            let path = common.join(protected);
+            // `up` creates a missing `hooks` directory before it builds the spec, so the
+            // sandbox cannot plant one; a missing `config` means git itself cannot work.
+            if std::fs::symlink_metadata(&path).is_ok_and(|m| !m.file_type().is_symlink()) {
+                out.push(Mapping {
+                    host: path.clone(),
+                    sandbox: path,
+                    writable: false,
+                });
+            }
+        }
+    }
+    out
 }
 
 /// `run-<pid>-<random>`: unique among this user's live sandboxes, `[a-z0-9-]`.

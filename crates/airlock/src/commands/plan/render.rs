@@ -201,6 +201,22 @@ fn mappings(doc: &mut Doc, e: &Effective) {
                 ),
             ],
         );
+        if let Some(linked) = &w.linked_git_dir {
+            doc.styled_field(
+                1,
+                &format!("git dir {}", w.name),
+                &[
+                    (Style::Plain, &path_text(&linked.common_dir)),
+                    (Style::Plain, " -> "),
+                    (Style::Plain, &path_text(&linked.common_dir)),
+                    (
+                        Style::Dim,
+                        "  (read-write, config and hooks read-only; the main repository of \
+                         this linked worktree, confirmed by git's back-pointer)",
+                    ),
+                ],
+            );
+        }
     }
     doc.styled_field(
         1,

@@ -19,6 +19,7 @@
 //! This crate never parses a command line, prints a result or decides an exit code: failures
 //! are [`HostError`]s whose [`ErrorKind`] the binary maps to an exit status.
 
+pub mod agents;
 pub mod config;
 pub mod egress;
 pub mod error;

@@ -104,6 +104,7 @@ fn compare_named(
     };
     let mut spec = crate::run::build_spec(effective, false)?;
     crate::egress::attach(&mut spec, &effective.network, &roots.data)?;
+    crate::agents::extend_spec(effective, roots, name.as_str(), &mut spec);
     // The package cache's path without creating it (`up` creates it): plan changes nothing.
     if let Ok(cache) = crate::provision::cache_dir(roots, effective) {
         crate::provision::attach_host_environment(&mut spec, effective, &cache);

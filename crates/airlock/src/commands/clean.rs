@@ -44,6 +44,25 @@ pub fn run(_args: CleanArgs, ctx: &Context) -> Result<Report, CommandError> {
         );
     }
     doc.field(1, "total", &human_bytes(total));
+    // Private clones of sandboxes that are gone: removed once fully fetched (A5).
+    let live: Vec<String> = airlock_host::agents::clone::sandboxes_with_clones(&ctx.roots()?)
+        .into_iter()
+        .filter(|n| {
+            airlock_core::names::SandboxName::parse(n)
+                .map(|name| setup.paths(&name).state_dir.exists())
+                .unwrap_or(true)
+        })
+        .collect();
+    let clones: Vec<String> = airlock_host::agents::clone::sweep(&ctx.roots()?, &live)
+        .iter()
+        .map(|(sandbox, fate)| fate.message(sandbox))
+        .collect();
+    if !clones.is_empty() {
+        doc.heading("Clones");
+        for line in &clones {
+            doc.text(1, &[(Style::Plain, line)]);
+        }
+    }
     let unmanaged = out.unmanaged.iter().chain(runs.unmanaged.iter());
     if !out.skipped.is_empty() || !runs.live.is_empty() || unmanaged.clone().next().is_some() {
         doc.heading("Left alone");
@@ -58,6 +77,7 @@ pub fn run(_args: CleanArgs, ctx: &Context) -> Result<Report, CommandError> {
         }
     }
     let json = serde_json::json!({
+        "clones": clones,
         "freed_bytes": total,
         "cleaned": out.cleaned.iter().map(|(n, h, f)| serde_json::json!({
             "name": n.as_str(), "health": h, "freed_bytes": f.bytes, "removed": f.removed,

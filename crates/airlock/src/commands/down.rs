@@ -39,7 +39,14 @@ pub fn run(args: DownArgs, ctx: &Context) -> Result<Report, CommandError> {
         ),
     };
     doc.text(0, &[(Style::Plain, &line)]);
+    // Clone-mode workspaces: keep a clone the host has not fetched everything from (A5).
+    let fates = airlock_host::agents::clone::after_down(&ctx.roots()?, name.as_str());
+    let clones: Vec<String> = fates.iter().map(|f| f.message(name.as_str())).collect();
+    for line in &clones {
+        doc.text(0, &[(Style::Plain, line)]);
+    }
     let json = serde_json::json!({
+        "clones": clones,
         "name": name.as_str(),
         "was": out.was,
         "killed": out.killed,

@@ -2,6 +2,7 @@
 //! sandboxes, real git, each test in its own [`TestEnv`] world.
 
 mod git;
+mod sync;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -1,0 +1,112 @@
+//! Config sync on `up` (A2) for every catalogue agent, and git's identity inside (A5).
+
+use super::{host_git, Sandboxed};
+use crate::common::TestEnv;
+use airlock_config::agents::CATALOGUE;
+
+#[test]
+fn up_syncs_every_agents_allowlist_and_skips_credentials_naming_file_and_line() {
+    let env = TestEnv::new();
+    let mut user = String::new();
+    let token = format!("gh{}_{}", "p", "Z".repeat(36));
+    for spec in CATALOGUE {
+        user.push_str(&format!("[agents.{}]\nsync_config = true\n", spec.name));
+        let dir = env.home.join(spec.config_dir);
+        // The first allowlisted entry gets good content, the second (when any) a token.
+        let entries: Vec<&str> = spec.config_sync.to_vec();
+        let good = entries[0].trim_end_matches('/');
+        let good_path = if entries[0].ends_with('/') {
+            dir.join(good).join("ok.md")
+        } else {
+            dir.join(good)
+        };
+        env.write(&good_path, &format!("synced for {}\n", spec.name));
+        if let Some(bad) = entries.get(1) {
+            let bad = bad.trim_end_matches('/');
+            let bad_path = if entries[1].ends_with('/') {
+                dir.join(bad).join("bad.md")
+            } else {
+                dir.join(bad)
+            };
+            env.write(&bad_path, &format!("line one\nTOKEN={token}\n"));
+        }
+        // Never synced, whatever the agent.
+        env.write(&dir.join("credentials-like.json"), "{\"never\": true}\n");
+    }
+    env.write_user_config(&user);
+    let project = env.git_project("proj");
+    let sb = Sandboxed {
+        env: &env,
+        dir: project,
+    };
+    let up = sb.run(&["up", "--no-attach"]);
+    up.assert_code(0);
+    for spec in CATALOGUE {
+        let dir = env.home.join(spec.config_dir);
+        let entries: Vec<&str> = spec.config_sync.to_vec();
+        let good = entries[0].trim_end_matches('/');
+        let good_path = if entries[0].ends_with('/') {
+            dir.join(good).join("ok.md")
+        } else {
+            dir.join(good)
+        };
+        let cat = sb.exec(&format!("cat '{}'", good_path.display()));
+        cat.assert_code(0);
+        assert_eq!(cat.stdout, format!("synced for {}\n", spec.name));
+        sb.exec(&format!(
+            "test ! -e '{}'",
+            dir.join("credentials-like.json").display()
+        ))
+        .assert_code(0);
+        if entries.len() > 1 {
+            let bad = entries[1].trim_end_matches('/');
+            let bad_path = if entries[1].ends_with('/') {
+                dir.join(bad).join("bad.md")
+            } else {
+                dir.join(bad)
+            };
+            let named = format!("{}:2:", bad_path.display());
+            assert!(
+                up.stderr.contains(&named),
+                "{} not named in:\n{}",
+                named,
+                up.stderr
+            );
+            sb.exec(&format!("test ! -e '{}'", bad_path.display()))
+                .assert_code(0);
+        }
+    }
+    assert!(!up.stderr.contains(&token) && !up.stdout.contains(&token));
+    let grep = sb.exec(&format!("grep -r '{token}' \"$HOME\" || true"));
+    assert_eq!(grep.stdout, "", "the token reached the sandbox home");
+}
+
+#[test]
+fn git_inside_commits_as_the_host_user_and_trusts_only_the_workspace() {
+    let env = TestEnv::new();
+    let project = env.git_project("proj");
+    host_git(
+        &env,
+        &env.home,
+        &["config", "--global", "user.name", "Host Person"],
+    );
+    host_git(
+        &env,
+        &env.home,
+        &["config", "--global", "user.email", "host@example.com"],
+    );
+    let sb = Sandboxed {
+        env: &env,
+        dir: project.clone(),
+    };
+    sb.run(&["up", "--no-attach"]).assert_code(0);
+    sb.exec("git commit -q --allow-empty -m inside")
+        .assert_code(0);
+    let who = host_git(&env, &project, &["log", "-1", "--format=%an <%ae>"]);
+    assert_eq!(who.trim(), "Host Person <host@example.com>");
+    let safe = sb.exec("git config --global --get-all safe.directory");
+    safe.assert_code(0);
+    assert_eq!(safe.stdout.trim(), project.to_str().unwrap());
+    let url = sb.exec("git remote add gh git@github.com:o/r.git && git remote get-url --push gh");
+    assert_eq!(url.stdout.trim(), "https://github.com/o/r.git");
+}

@@ -1,6 +1,7 @@
 //! The agent in its sandbox and git inside (issue 10 items 5–7; PRODUCT A1–A5, C7, C8): real
 //! sandboxes, real git, each test in its own [`TestEnv`] world.
 
+mod clone;
 mod git;
 mod sync;
 

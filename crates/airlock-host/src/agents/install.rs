@@ -174,9 +174,20 @@ fn run_installer(eff: &Effective, roots: &Roots, spec: &AgentSpec) -> Result<(),
         let stream = airlock_protocol::open_stream(control)
             .map_err(|e| HostError::internal("agent.install", e.to_string()))?;
         let key = Key::from_bytes(*run.sandbox().key());
+        // npm and install scripts trust the image's whole system store (where a site's own
+        // TLS-inspecting CA lives) plus airlock's CA, like every other client in the sandbox.
+        let bundle = format!(
+            "{}/{}",
+            airlock_linux::spec::EGRESS_DIR,
+            crate::egress::CA_BUNDLE
+        );
+        let env = BTreeMap::from([
+            ("NODE_EXTRA_CA_CERTS".to_owned(), bundle.clone()),
+            ("npm_config_cafile".to_owned(), bundle),
+        ]);
         let request = ExecRequest {
             argv: install_script(spec, &inside),
-            env: BTreeMap::new(),
+            env,
             cwd: None,
             user: ExecUser::Sandbox,
             tty: None,

@@ -3,6 +3,7 @@
 
 mod clone;
 mod git;
+mod install;
 mod sync;
 
 use std::path::{Path, PathBuf};

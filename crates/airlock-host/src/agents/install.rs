@@ -6,7 +6,7 @@
 //! `up` (of any project) does not download it again.
 //!
 //! The install runs in a **separate installer sandbox**: the same image, *no* workspace, the
-//! tool directory the only writable mapping (at `/opt/airlock/agents/<name>`, the path every
+//! tool directory the only writable mapping (at `/var/lib/airlock/agents/<name>`, the path every
 //! project sandbox sees it at, so scripts and links it writes stay valid), network through its
 //! own egress proxy with the user's policy only (a project config does not apply). Project
 //! sandboxes map the tool directory read-only, so one project cannot poison the agent for

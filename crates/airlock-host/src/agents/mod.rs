@@ -2,7 +2,7 @@
 //!
 //! Order in `up`:
 //! 1. [`extend_spec`] (pure, also used by `plan` to compare with a running sandbox): the agent's
-//!    tool directory read-only at `/opt/airlock/agents/<name>` with its `bin` at the end of
+//!    tool directory read-only at `/var/lib/airlock/agents/<name>` with its `bin` at the end of
 //!    `PATH` (so an agent the image ships wins), persisted state directories (A4, opt-in), and a
 //!    clone-mode workspace's private clone in place of the work tree (A5).
 //! 2. [`prepare_host`], after validation, before the sandbox starts: creates those directories,
@@ -30,7 +30,7 @@ use crate::error::HostError;
 use crate::paths::ensure_root;
 
 /// Where agents' tool directories appear inside every sandbox.
-pub const TOOLS_INSIDE: &str = "/opt/airlock/agents";
+pub const TOOLS_INSIDE: &str = "/var/lib/airlock/agents";
 
 /// The selected agent (`agent = …`), if any.
 pub fn selected(eff: &Effective) -> Option<&Agent> {

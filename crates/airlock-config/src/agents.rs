@@ -36,8 +36,9 @@ pub struct AgentSpec {
     pub state_paths: &'static [&'static str],
     /// Environment variables carrying API keys; only ever set to placeholders (N5).
     pub api_key_env: &'static [&'static str],
-    /// The package that provides `command` when the image lacks it (A1).
-    pub package: Package,
+    /// The package that provides `command` when the image lacks it (A1); `None` for a
+    /// user-defined agent without one (the image must have it).
+    pub package: Option<Package>,
 }
 
 /// Where an agent's command comes from when the image does not have it.
@@ -73,7 +74,7 @@ pub const CATALOGUE: &[AgentSpec] = &[
         ],
         state_paths: &[".claude/", ".claude.json"],
         api_key_env: &["ANTHROPIC_API_KEY"],
-        package: Package::Npm("@anthropic-ai/claude-code"),
+        package: Some(Package::Npm("@anthropic-ai/claude-code")),
     },
     AgentSpec {
         name: "codex",
@@ -90,7 +91,7 @@ pub const CATALOGUE: &[AgentSpec] = &[
         config_sync: &["config.toml", "AGENTS.md", "prompts/"],
         state_paths: &[".codex/"],
         api_key_env: &["OPENAI_API_KEY"],
-        package: Package::Npm("@openai/codex"),
+        package: Some(Package::Npm("@openai/codex")),
     },
     AgentSpec {
         name: "opencode",
@@ -102,7 +103,7 @@ pub const CATALOGUE: &[AgentSpec] = &[
         config_sync: &["opencode.json", "AGENTS.md", "agent/", "command/"],
         state_paths: &[".local/share/opencode/"],
         api_key_env: &["ANTHROPIC_API_KEY", "OPENAI_API_KEY"],
-        package: Package::Npm("opencode-ai"),
+        package: Some(Package::Npm("opencode-ai")),
     },
     AgentSpec {
         name: "gemini",
@@ -118,7 +119,7 @@ pub const CATALOGUE: &[AgentSpec] = &[
         config_sync: &["settings.json", "GEMINI.md", "commands/"],
         state_paths: &[".gemini/"],
         api_key_env: &["GEMINI_API_KEY"],
-        package: Package::Npm("@google/gemini-cli"),
+        package: Some(Package::Npm("@google/gemini-cli")),
     },
     AgentSpec {
         name: "copilot",
@@ -134,7 +135,7 @@ pub const CATALOGUE: &[AgentSpec] = &[
         config_sync: &["agents/"],
         state_paths: &[".copilot/"],
         api_key_env: &["GH_TOKEN", "GITHUB_TOKEN"],
-        package: Package::Npm("@github/copilot"),
+        package: Some(Package::Npm("@github/copilot")),
     },
     AgentSpec {
         name: "aider",
@@ -146,7 +147,7 @@ pub const CATALOGUE: &[AgentSpec] = &[
         config_sync: &[".aider.conf.yml", ".aider.model.settings.yml"],
         state_paths: &[".aider/"],
         api_key_env: &["OPENAI_API_KEY", "ANTHROPIC_API_KEY"],
-        package: Package::Pip("aider-chat"),
+        package: Some(Package::Pip("aider-chat")),
     },
 ];
 
@@ -167,7 +168,7 @@ pub fn api_key_headers(env: &str) -> &'static [&'static str] {
         .map_or(&[], |(_, headers)| headers)
 }
 
-/// The catalogue entry named `name`.
+/// The built-in catalogue entry named `name`.
 pub fn find(name: &str) -> Option<&'static AgentSpec> {
     CATALOGUE.iter().find(|a| a.name == name)
 }

@@ -6,6 +6,7 @@
 //! reads the two config files and metadata of the paths they name.
 //! See `docs/architecture.md` for the contracts.
 
+mod agent_defs;
 pub mod agent_sync;
 pub mod agents;
 pub mod beneath;

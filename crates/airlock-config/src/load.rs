@@ -15,6 +15,7 @@ use std::path::Path;
 
 use sha2::{Digest, Sha256};
 
+use crate::agent_defs;
 use crate::agents::{self, AgentSpec};
 use crate::beneath;
 use crate::diagnostics::{key_segment, ConfigErrors, Diagnostic};
@@ -161,7 +162,11 @@ struct Scalars {
     workspace_mode: Sourced<WorkspaceMode>,
 }
 
-fn scalars(layers: &Layers<'_>, d: &mut Vec<Diagnostic>) -> Scalars {
+fn scalars(
+    layers: &Layers<'_>,
+    defined: &[&'static AgentSpec],
+    d: &mut Vec<Diagnostic>,
+) -> Scalars {
     let default = |v| Sourced::new(v, Origin::Default);
     let image = layers
         .resolve(
@@ -177,7 +182,7 @@ fn scalars(layers: &Layers<'_>, d: &mut Vec<Diagnostic>) -> Scalars {
             "agent",
             |r| r.agent.as_ref(),
             |v, _| {
-                agents::find(v)
+                lookup(v, defined)
                     .map(|a| Some(a.name.to_owned()))
                     .ok_or_else(|| unknown_agent(v))
             },
@@ -262,7 +267,11 @@ pub fn load(req: &LoadRequest<'_>) -> Result<Effective, ConfigErrors> {
         .extend(project_file.as_ref().map(|f| (Origin::Project, f)));
 
     let d = &mut diags;
-    let s = scalars(&layers, d);
+    let defined = user
+        .as_ref()
+        .map(|f| defined_agents(f, d))
+        .unwrap_or_default();
+    let s = scalars(&layers, &defined, d);
     let limits = limits::resolve_all(&layers.files, project_trusted, req.overrides, d);
     let packages = packages(&layers, d);
     let mut workspaces = workspaces(req, s.workspace_mode, d);
@@ -272,7 +281,7 @@ pub fn load(req: &LoadRequest<'_>) -> Result<Effective, ConfigErrors> {
         .map(|f| mounts::validate(f, req.roots, workspace_root, d))
         .unwrap_or_default();
     linked_git_dirs(req, &mut workspaces, &mounts, d);
-    let selected = s.agent.value.as_deref().and_then(agents::find);
+    let selected = s.agent.value.as_deref().and_then(|n| lookup(n, &defined));
     let network = network::merge(
         &NetworkInputs {
             user: user.as_ref(),
@@ -284,7 +293,7 @@ pub fn load(req: &LoadRequest<'_>) -> Result<Effective, ConfigErrors> {
         d,
     );
     let protect = crate::protect::resolve(user.as_ref(), req.project.map(|p| p.root.as_path()), d);
-    let agents = agent_settings(&layers, selected, d);
+    let agents = agent_settings(&layers, selected, &defined, d);
     let provisioning = provisioning(req, &layers, d);
     let env = toolchain::env(user.as_ref(), d);
     let taken = toolchain::Taken {
@@ -423,14 +432,43 @@ fn linked_git_dirs(
     }
 }
 
+/// The catalogue entry or user-defined agent named `name`.
+fn lookup(name: &str, defined: &[&'static AgentSpec]) -> Option<&'static AgentSpec> {
+    agents::find(name).or_else(|| defined.iter().copied().find(|a| a.name == name))
+}
+
+/// Agents the user config defines (`[agents.<name>]` with `command`), each validated.
+fn defined_agents(user: &ParsedFile, d: &mut Vec<Diagnostic>) -> Vec<&'static AgentSpec> {
+    let mut out = Vec::new();
+    for (name, settings) in &user.raw.agents {
+        match agent_defs::define(name, settings) {
+            Ok(Some(spec)) => out.push(spec),
+            Ok(None) => {}
+            Err(errors) => {
+                for (key, message) in errors {
+                    let base = format!("agents.{}", key_segment(name));
+                    let full = if key.is_empty() {
+                        base
+                    } else {
+                        format!("{base}.{key}")
+                    };
+                    d.push(user.diag(&full, message));
+                }
+            }
+        }
+    }
+    out
+}
+
 fn agent_settings(
     layers: &Layers<'_>,
     selected: Option<&'static AgentSpec>,
+    defined: &[&'static AgentSpec],
     d: &mut Vec<Diagnostic>,
 ) -> Vec<Agent> {
     for (_, file) in &layers.files {
         for (name, settings) in &file.raw.agents {
-            if agents::find(name).is_none() {
+            if lookup(name, defined).is_none() && settings.command.is_none() {
                 let key = format!("agents.{}", key_segment(name));
                 d.push(file.diag(&key, unknown_agent(name)));
             }
@@ -443,7 +481,7 @@ fn agent_settings(
         }
     }
     let mut out = Vec::new();
-    for spec in agents::CATALOGUE {
+    for spec in agents::CATALOGUE.iter().chain(defined.iter().copied()) {
         let is_selected = selected.is_some_and(|s| s.name == spec.name);
         let configured = layers
             .files

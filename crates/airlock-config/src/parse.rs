@@ -502,9 +502,39 @@ impl Walker<'_> {
             ) {
                 settings.persist_state = self.leaf(at, &path, "persist_state");
             }
+            self.agent_definition(at, &path, &mut settings);
             out.insert(name.to_owned(), settings);
         }
         out
+    }
+}
+
+impl Walker<'_> {
+    /// The keys that define an agent the catalogue lacks: user config only (C6: a repository
+    /// never chooses which host files are synced or which package is installed).
+    fn agent_definition(&mut self, at: &dyn TableLike, path: &str, s: &mut RawAgentSettings) {
+        let what = "agent definitions";
+        if self.allowed_here(at, path, "command", what) {
+            s.command = self.leaf(at, path, "command");
+        }
+        if self.allowed_here(at, path, "package", what) {
+            s.package = self.leaf(at, path, "package");
+        }
+        if self.allowed_here(at, path, "config_dir", what) {
+            s.config_dir = self.leaf(at, path, "config_dir");
+        }
+        if self.allowed_here(at, path, "api_hosts", what) {
+            s.api_hosts = self.list(at, path, "api_hosts");
+        }
+        if self.allowed_here(at, path, "config_sync", what) {
+            s.config_sync = self.list(at, path, "config_sync");
+        }
+        if self.allowed_here(at, path, "state_paths", what) {
+            s.state_paths = self.list(at, path, "state_paths");
+        }
+        if self.allowed_here(at, path, "api_key_env", what) {
+            s.api_key_env = self.list(at, path, "api_key_env");
+        }
     }
 }
 

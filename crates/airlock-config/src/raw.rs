@@ -178,6 +178,26 @@ pub struct RawAgentSettings {
     /// User config only. Keep the agent's login/state directories on the host under
     /// airlock's data root so a login survives `down` (default false; A4).
     pub persist_state: Option<bool>,
+    /// User config only. Defines an agent the catalogue lacks (A1): the executable its
+    /// session runs. The keys below describe it like a catalogue entry.
+    pub command: Option<String>,
+    /// User config only, with `command`. Where the command comes from when the image lacks
+    /// it: `"npm:<package>"` or `"pip:<package>"`.
+    pub package: Option<String>,
+    /// User config only, with `command`. Host patterns its API needs (added to the policy
+    /// when the agent is selected).
+    pub api_hosts: Option<Vec<String>>,
+    /// User config only, with `command`. Its configuration directory, relative to the home
+    /// directory (`""`: the home itself).
+    pub config_dir: Option<String>,
+    /// User config only, with `command`. User-authored files and directories (trailing `/`)
+    /// inside `config_dir` that config sync copies (scanned for credentials all the same).
+    pub config_sync: Option<Vec<String>>,
+    /// User config only, with `command`. Home-relative paths that hold its login and state
+    /// (mapped with `persist_state`; trailing `/` for a directory).
+    pub state_paths: Option<Vec<String>>,
+    /// User config only, with `command`. Environment variables carrying its API keys.
+    pub api_key_env: Option<Vec<String>>,
 }
 
 /// Default session layout (S4).
@@ -275,4 +295,16 @@ pub(crate) const NETWORK_KEYS: &[&str] =
 /// Keys of [`RawHostPort`].
 pub(crate) const HOST_PORT_KEYS: &[&str] = &["port", "guest_port"];
 /// Keys of [`RawAgentSettings`].
-pub(crate) const AGENT_KEYS: &[&str] = &["args", "sync_config", "credentials", "persist_state"];
+pub(crate) const AGENT_KEYS: &[&str] = &[
+    "args",
+    "sync_config",
+    "credentials",
+    "persist_state",
+    "command",
+    "package",
+    "api_hosts",
+    "config_dir",
+    "config_sync",
+    "state_paths",
+    "api_key_env",
+];

@@ -1,5 +1,6 @@
 //! Integration tests of airlock-config's public API (one test binary per crate).
 
+mod agent_defs;
 mod agent_sync;
 mod common;
 mod diagnostics;

@@ -87,6 +87,13 @@ fn schema_names_every_key_of_both_files() {
         "tool[].name",
         "cache",
         "cache.shared",
+        "agents.*.command",
+        "agents.*.package",
+        "agents.*.api_hosts",
+        "agents.*.config_dir",
+        "agents.*.config_sync",
+        "agents.*.state_paths",
+        "agents.*.api_key_env",
     ];
     let expected: BTreeSet<String> = expected.iter().map(|s| s.to_string()).collect();
     assert_eq!(found, expected);
@@ -113,6 +120,12 @@ fn schema_is_strict_and_marks_user_only_keys() {
         "persist_state",
         "protect",
         "unprotect",
+        "command",
+        "package",
+        "config_dir",
+        "config_sync",
+        "state_paths",
+        "api_key_env",
     ] {
         let desc = find_description(&schema, key).unwrap_or_default();
         assert!(desc.contains("User config only"), "{key}: {desc}");

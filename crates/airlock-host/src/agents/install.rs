@@ -60,9 +60,24 @@ pub fn ensure(
     if on_path(backend, record, spec.command)? {
         return Ok(Installed::Present);
     }
+    let Some(package) = spec.package else {
+        return Err(HostError::new(
+            ErrorKind::Failed,
+            "agent.missing",
+            format!(
+                "`{}` ({}) is not in the image and the agent names no package to install",
+                spec.command, spec.display_name
+            ),
+        )
+        .with_hint(format!(
+            "add `package = \"npm:<name>\"` (or pip:) under [agents.{}] in the user config, \
+             or install it in the image",
+            spec.name
+        )));
+    };
     let dir = tool_dir(roots, spec);
     empty_dir(&dir)?;
-    run_installer(eff, roots, spec)?;
+    run_installer(eff, roots, spec, package)?;
     let bin = dir.join("bin").join(spec.command);
     if std::fs::symlink_metadata(&bin).is_err() {
         return Err(install_failed(
@@ -70,7 +85,7 @@ pub fn ensure(
             format!("the package did not provide {}", bin.display()),
         ));
     }
-    std::fs::write(dir.join(MARKER), package_text(spec.package))
+    std::fs::write(dir.join(MARKER), package_text(package))
         .map_err(|e| super::io_error(&dir.join(MARKER), e))?;
     if !on_path(backend, record, spec.command)? {
         return Err(install_failed(
@@ -79,7 +94,7 @@ pub fn ensure(
         ));
     }
     Ok(Installed::Now {
-        package: package_text(spec.package),
+        package: package_text(package),
     })
 }
 
@@ -130,9 +145,9 @@ fn empty_dir(dir: &Path) -> Result<(), HostError> {
 }
 
 /// The shell command that installs `spec`'s package into `prefix`.
-pub fn install_script(spec: &AgentSpec, prefix: &Path) -> Vec<String> {
+pub fn install_script(package: Package, prefix: &Path) -> Vec<String> {
     let prefix = prefix.to_string_lossy().into_owned();
-    let script = match spec.package {
+    let script = match package {
         Package::Npm(_) => {
             "command -v npm >/dev/null || { echo 'npm is not installed in the image' >&2; exit 127; }; \
              npm install --global --prefix \"$1\" --no-audit --no-fund --loglevel=error \"$2\""
@@ -142,7 +157,7 @@ pub fn install_script(spec: &AgentSpec, prefix: &Path) -> Vec<String> {
              python3 -m venv \"$1\" && \"$1/bin/pip\" install --quiet --disable-pip-version-check \"$2\""
         }
     };
-    let name = match spec.package {
+    let name = match package {
         Package::Npm(n) | Package::Pip(n) => n,
     };
     vec![
@@ -155,7 +170,12 @@ pub fn install_script(spec: &AgentSpec, prefix: &Path) -> Vec<String> {
     ]
 }
 
-fn run_installer(eff: &Effective, roots: &Roots, spec: &AgentSpec) -> Result<(), HostError> {
+fn run_installer(
+    eff: &Effective,
+    roots: &Roots,
+    spec: &AgentSpec,
+    package: Package,
+) -> Result<(), HostError> {
     let inside = tool_dir_inside(spec);
     let mut sandbox_spec = build_spec(eff, false)?;
     sandbox_spec.workspaces.clear();
@@ -186,7 +206,7 @@ fn run_installer(eff: &Effective, roots: &Roots, spec: &AgentSpec) -> Result<(),
             ("npm_config_cafile".to_owned(), bundle),
         ]);
         let request = ExecRequest {
-            argv: install_script(spec, &inside),
+            argv: install_script(package, &inside),
             env,
             cwd: None,
             user: ExecUser::Sandbox,
@@ -217,7 +237,8 @@ fn install_failed(spec: &AgentSpec, detail: String) -> HostError {
         format!(
             "cannot install {} ({}): {detail}",
             spec.display_name,
-            package_text(spec.package)
+            spec.package
+                .map_or_else(|| "no package".to_owned(), package_text)
         ),
     )
     .with_hint(

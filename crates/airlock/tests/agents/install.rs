@@ -161,7 +161,8 @@ fn claude_code_installed_from_npm_reaches_a_loopback_standin_with_the_real_key()
     assert!(keys.iter().all(|k| k == REAL_KEY), "{keys:?}");
     // The tool directory is read-only inside, and a second `up` installs nothing.
     assert_ne!(
-        sb.exec("touch /var/lib/airlock/agents/claude/bin/poison").code,
+        sb.exec("touch /var/lib/airlock/agents/claude/bin/poison")
+            .code,
         Some(0)
     );
     let again = sb.run(&["up", "--no-attach"]);

@@ -167,6 +167,40 @@ fn state_file(path: &Path) -> Result<(), HostError> {
     }
 }
 
+/// Notes for agents with `credentials = true` (A3) whose key is not stored as a secret: the
+/// key reaches the sandbox only as a placeholder of a stored secret (N5).
+pub fn credential_notes(eff: &Effective, roots: &Roots) -> Vec<String> {
+    let stored: Vec<String> = airlock_secrets::SecretStore::open_existing(&roots.data)
+        .ok()
+        .flatten()
+        .and_then(|s| s.list().ok())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|i| i.name)
+        .collect();
+    let mut notes = Vec::new();
+    for agent in eff.agents.iter().filter(|a| a.credentials.value) {
+        let spec = agent.spec;
+        if spec.api_key_env.is_empty()
+            || spec
+                .api_key_env
+                .iter()
+                .any(|k| stored.iter().any(|s| s == k))
+        {
+            continue;
+        }
+        let host = spec.api_hosts.first().copied().unwrap_or("<api host>");
+        notes.push(format!(
+            "note: agent {}: credentials = true, but no secret {} is stored; run \
+             `airlock secret set {} --host {host}` (the sandbox then sees only a placeholder)",
+            spec.name,
+            spec.api_key_env.join(" or "),
+            spec.api_key_env[0]
+        ));
+    }
+    notes
+}
+
 pub(crate) fn io_error(path: &Path, e: std::io::Error) -> HostError {
     HostError::internal("agent.io", format!("{}: {e}", path.display()))
         .with_hint("check the permissions of that path")

@@ -203,6 +203,7 @@ fn agent_setup(
         &base.files,
     )?;
     notes.extend(base.notes);
+    notes.extend(airlock_host::agents::credential_notes(effective, roots));
     Ok(notes)
 }
 

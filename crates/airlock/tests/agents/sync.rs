@@ -110,3 +110,55 @@ fn git_inside_commits_as_the_host_user_and_trusts_only_the_workspace() {
     let url = sb.exec("git remote add gh git@github.com:o/r.git && git remote get-url --push gh");
     assert_eq!(url.stdout.trim(), "https://github.com/o/r.git");
 }
+
+#[test]
+fn credentials_opt_in_without_a_stored_key_tells_how_to_store_it() {
+    let env = TestEnv::new();
+    env.write_user_config("[agents.codex]\ncredentials = true\nsync_config = false\n");
+    let project = env.git_project("proj");
+    let sb = Sandboxed {
+        env: &env,
+        dir: project.clone(),
+    };
+    let up = sb.run(&["up", "--no-attach"]);
+    up.assert_code(0);
+    assert!(
+        up.stderr
+            .contains("airlock secret set OPENAI_API_KEY --host api.openai.com"),
+        "{}",
+        up.stderr
+    );
+    let mut set = env.command(
+        &project,
+        &[
+            "secret",
+            "set",
+            "OPENAI_API_KEY",
+            "--host",
+            "api.openai.com",
+        ],
+    );
+    let mut child = set
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"sk-test-value\n")
+        .unwrap();
+    assert!(child.wait().unwrap().success());
+    let again = sb.run(&["up", "--no-attach"]);
+    again.assert_code(0);
+    assert!(
+        !again.stderr.contains("credentials = true"),
+        "{}",
+        again.stderr
+    );
+    let key = sb.exec("echo $OPENAI_API_KEY");
+    assert!(key.stdout.starts_with("airlock-secret-"), "{}", key.stdout);
+}

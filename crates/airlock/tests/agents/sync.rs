@@ -162,3 +162,29 @@ fn credentials_opt_in_without_a_stored_key_tells_how_to_store_it() {
     let key = sb.exec("echo $OPENAI_API_KEY");
     assert!(key.stdout.starts_with("airlock-secret-"), "{}", key.stdout);
 }
+
+#[test]
+fn persisted_agent_state_survives_down_and_lives_under_the_data_root() {
+    let env = TestEnv::new();
+    env.write_user_config("[agents.claude]\npersist_state = true\nsync_config = false\n");
+    let project = env.git_project("proj");
+    let sb = Sandboxed {
+        env: &env,
+        dir: project,
+    };
+    sb.run(&["up", "--no-attach"]).assert_code(0);
+    sb.exec(
+        "echo '{\"login\":1}' > ~/.claude.json && mkdir -p ~/.claude && echo s > ~/.claude/state",
+    )
+    .assert_code(0);
+    sb.run(&["down"]).assert_code(0);
+    let host = env.data_home().join("airlock/agent-state/claude");
+    assert_eq!(
+        std::fs::read_to_string(host.join(".claude.json")).unwrap(),
+        "{\"login\":1}\n"
+    );
+    sb.run(&["up", "--no-attach"]).assert_code(0);
+    let run = sb.exec("cat ~/.claude.json ~/.claude/state");
+    run.assert_code(0);
+    assert_eq!(run.stdout, "{\"login\":1}\ns\n");
+}

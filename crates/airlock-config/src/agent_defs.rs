@@ -36,7 +36,7 @@ struct Definition {
 pub(crate) fn define(
     name: &str,
     raw: &RawAgentSettings,
-) -> Result<Option<&'static AgentSpec>, Vec<(String, String)>> {
+) -> Result<Option<&'static AgentSpec>, Errors> {
     let defines = raw.package.is_some()
         || raw.api_hosts.is_some()
         || raw.config_dir.is_some()
@@ -74,20 +74,7 @@ pub(crate) fn define(
             format!("{command:?} is not a command name (no `/`, no spaces)"),
         ));
     }
-    let package = raw.package.as_deref().map(|p| match p.split_once(':') {
-        Some(("npm", n)) if package_name(n) => Ok((true, n.to_owned())),
-        Some(("pip", n)) if package_name(n) => Ok((false, n.to_owned())),
-        _ => Err(format!(
-            "{p:?}: write \"npm:<package>\" or \"pip:<package>\""
-        )),
-    });
-    let package = match package.transpose() {
-        Ok(p) => p,
-        Err(m) => {
-            errors.push(("package".to_owned(), m));
-            None
-        }
-    };
+    let package = parse_package(raw.package.as_deref(), &mut errors);
     let list = |v: &Option<Vec<String>>| v.clone().unwrap_or_default();
     let (api_hosts, config_sync, state_paths, api_key_env) = (
         list(&raw.api_hosts),
@@ -95,16 +82,64 @@ pub(crate) fn define(
         list(&raw.state_paths),
         list(&raw.api_key_env),
     );
+    let config_dir = raw.config_dir.clone().unwrap_or_default();
+    check_lists(
+        &api_hosts,
+        &config_dir,
+        &config_sync,
+        &state_paths,
+        &api_key_env,
+        &mut errors,
+    );
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    Ok(Some(intern(Definition {
+        name: name.to_owned(),
+        command: command.clone(),
+        package,
+        api_hosts,
+        config_dir,
+        config_sync,
+        state_paths,
+        api_key_env,
+    })))
+}
+
+type Errors = Vec<(String, String)>;
+
+fn parse_package(p: Option<&str>, errors: &mut Errors) -> Option<(bool, String)> {
+    let p = p?;
+    match p.split_once(':') {
+        Some(("npm", n)) if package_name(n) => Some((true, n.to_owned())),
+        Some(("pip", n)) if package_name(n) => Some((false, n.to_owned())),
+        _ => {
+            errors.push((
+                "package".to_owned(),
+                format!("{p:?}: write \"npm:<package>\" or \"pip:<package>\""),
+            ));
+            None
+        }
+    }
+}
+
+fn check_lists(
+    api_hosts: &[String],
+    config_dir: &str,
+    config_sync: &[String],
+    state_paths: &[String],
+    api_key_env: &[String],
+    errors: &mut Errors,
+) {
     for (i, h) in api_hosts.iter().enumerate() {
         if let Err(e) = HostPattern::parse(h) {
             errors.push((format!("api_hosts[{i}]"), e.to_string()));
         }
     }
-    let config_dir = raw.config_dir.clone().unwrap_or_default();
-    if !config_dir.is_empty() && !relative(&config_dir) {
-        errors.push(("config_dir".to_owned(), not_relative(&config_dir)));
+    if !config_dir.is_empty() && !relative(config_dir) {
+        errors.push(("config_dir".to_owned(), not_relative(config_dir)));
     }
-    for (key, values) in [("config_sync", &config_sync), ("state_paths", &state_paths)] {
+    for (key, values) in [("config_sync", config_sync), ("state_paths", state_paths)] {
         for (i, p) in values.iter().enumerate() {
             if !relative(p) {
                 errors.push((format!("{key}[{i}]"), not_relative(p)));
@@ -125,19 +160,6 @@ pub(crate) fn define(
             ));
         }
     }
-    if !errors.is_empty() {
-        return Err(errors);
-    }
-    Ok(Some(intern(Definition {
-        name: name.to_owned(),
-        command: command.clone(),
-        package,
-        api_hosts,
-        config_dir,
-        config_sync,
-        state_paths,
-        api_key_env,
-    })))
 }
 
 fn package_name(n: &str) -> bool {

@@ -267,20 +267,12 @@ pub fn load(req: &LoadRequest<'_>) -> Result<Effective, ConfigErrors> {
         .extend(project_file.as_ref().map(|f| (Origin::Project, f)));
 
     let d = &mut diags;
-    let defined = user
-        .as_ref()
-        .map(|f| defined_agents(f, d))
-        .unwrap_or_default();
+    let defined = defined_agents(user.as_ref(), d);
     let s = scalars(&layers, &defined, d);
     let limits = limits::resolve_all(&layers.files, project_trusted, req.overrides, d);
     let packages = packages(&layers, d);
-    let mut workspaces = workspaces(req, s.workspace_mode, d);
-    let workspace_root = req.project.map(|p| p.root.as_path());
-    let mounts = user
-        .as_ref()
-        .map(|f| mounts::validate(f, req.roots, workspace_root, d))
-        .unwrap_or_default();
-    linked_git_dirs(req, &mut workspaces, &mounts, d);
+    let mounts = user_mounts(user.as_ref(), req, d);
+    let workspaces = workspaces(req, s.workspace_mode, &mounts, d);
     let selected = s.agent.value.as_deref().and_then(|n| lookup(n, &defined));
     let network = network::merge(
         &NetworkInputs {
@@ -364,6 +356,7 @@ fn packages(layers: &Layers<'_>, d: &mut Vec<Diagnostic>) -> Vec<Sourced<String>
 fn workspaces(
     req: &LoadRequest<'_>,
     mode: Sourced<WorkspaceMode>,
+    mounts: &[crate::effective::Mount],
     d: &mut Vec<Diagnostic>,
 ) -> Vec<Workspace> {
     let Some(project) = req.project else {
@@ -379,13 +372,15 @@ fn workspaces(
         });
         return Vec::new();
     }
-    vec![Workspace {
+    let mut out = vec![Workspace {
         name: project.name(),
         host_path: project.root.clone(),
         sandbox_path: project.root.clone(),
         mode,
         linked_git_dir: None,
-    }]
+    }];
+    linked_git_dirs(req, &mut out, mounts, d);
+    out
 }
 
 /// Finds the git directory a linked-worktree workspace needs (direct mode only: a clone has
@@ -432,14 +427,28 @@ fn linked_git_dirs(
     }
 }
 
+/// The user config's validated mounts (C3).
+fn user_mounts(
+    user: Option<&ParsedFile>,
+    req: &LoadRequest<'_>,
+    d: &mut Vec<Diagnostic>,
+) -> Vec<crate::effective::Mount> {
+    let workspace_root = req.project.map(|p| p.root.as_path());
+    user.map(|f| mounts::validate(f, req.roots, workspace_root, d))
+        .unwrap_or_default()
+}
+
 /// The catalogue entry or user-defined agent named `name`.
 fn lookup(name: &str, defined: &[&'static AgentSpec]) -> Option<&'static AgentSpec> {
     agents::find(name).or_else(|| defined.iter().copied().find(|a| a.name == name))
 }
 
 /// Agents the user config defines (`[agents.<name>]` with `command`), each validated.
-fn defined_agents(user: &ParsedFile, d: &mut Vec<Diagnostic>) -> Vec<&'static AgentSpec> {
+fn defined_agents(user: Option<&ParsedFile>, d: &mut Vec<Diagnostic>) -> Vec<&'static AgentSpec> {
     let mut out = Vec::new();
+    let Some(user) = user else {
+        return out;
+    };
     for (name, settings) in &user.raw.agents {
         match agent_defs::define(name, settings) {
             Ok(Some(spec)) => out.push(spec),

@@ -110,6 +110,18 @@ pub fn extend_spec(eff: &Effective, roots: &Roots, sandbox: &str, spec: &mut San
     }
 }
 
+/// [`prepare_host`], then [`extend_spec`]: what `up` runs once validation is over.
+pub fn prepare(
+    eff: &Effective,
+    roots: &Roots,
+    sandbox: &str,
+    spec: &mut SandboxSpec,
+) -> Result<Vec<String>, HostError> {
+    let notes = prepare_host(eff, roots, sandbox)?;
+    extend_spec(eff, roots, sandbox, spec);
+    Ok(notes)
+}
+
 /// Creates on the host what [`extend_spec`] mapped; returns notes for `up`'s output.
 pub fn prepare_host(
     eff: &Effective,

@@ -79,13 +79,9 @@ pub fn run(args: UpArgs, ctx: &Context) -> Result<Report, CommandError> {
     let steps = provision::plan(&effective, &roots)?;
     let mut spec = airlock_host::run::build_spec(&effective, false)?;
     airlock_host::egress::attach(&mut spec, &effective.network, &roots.data)?;
-    // Validation is over: create the agent's directories and a clone-mode workspace's clone.
-    notes.extend(airlock_host::agents::prepare_host(
-        &effective,
-        &roots,
-        name.as_str(),
-    )?);
-    airlock_host::agents::extend_spec(&effective, &roots, name.as_str(), &mut spec);
+    // Validation is over: the agent's directories and a clone-mode workspace's clone.
+    let agents = airlock_host::agents::prepare(&effective, &roots, name.as_str(), &mut spec);
+    notes.extend(agents?);
     airlock_host::project::remember_project(&roots, &project)?;
     let cache = provision::prepare_cache(&roots, &effective)?;
     provision::attach_host_environment(&mut spec, &effective, &cache);

@@ -54,6 +54,7 @@ pub fn run(args: RunArgs, ctx: &Context) -> Result<Report, CommandError> {
     for n in &notes {
         eprintln!("{n}");
     }
+    refuse_clone_mode(&effective)?;
     let mut spec = build_spec(&effective, args.cmd.root)?;
     airlock_host::egress::attach(&mut spec, &effective.network, &roots.data)?;
     let cwd = resolve_workdir(args.cmd.workdir.as_deref(), &ctx.cwd, &spec)?;
@@ -101,6 +102,29 @@ fn pause_hook(phase: &str) {
     if cfg!(debug_assertions) && std::env::var("AIRLOCK_TEST_PAUSE_AT").is_ok_and(|p| p == phase) {
         eprintln!("airlock: test hook: pausing at {phase}");
         std::thread::sleep(Duration::from_secs(3));
+    }
+}
+
+/// `workspace_mode = "clone"` promises that the host work tree is never written; an ephemeral
+/// run has no clone of its own, so it refuses rather than mapping the work tree (A5).
+fn refuse_clone_mode(effective: &airlock_config::Effective) -> Result<(), CommandError> {
+    use airlock_config::raw::WorkspaceMode;
+    match effective
+        .workspaces
+        .iter()
+        .find(|w| w.mode.value == WorkspaceMode::Clone)
+    {
+        Some(w) => Err(CommandError::new(
+            crate::error::ErrorKind::Config,
+            "run.clone_mode",
+            format!(
+                "workspace {} uses workspace_mode = \"clone\", which `run` does not support: \
+                 it would map the work tree itself",
+                w.name
+            ),
+        )
+        .with_hint("use `airlock up --no-attach` and `airlock exec`, which work in the clone")),
+        None => Ok(()),
     }
 }
 

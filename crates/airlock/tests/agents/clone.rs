@@ -115,3 +115,14 @@ fn down_keeps_a_clone_with_unfetched_commits_and_clean_removes_it_once_fetched()
     assert!(clean.stdout.contains("removed clone"), "{}", clean.stdout);
     assert!(!clone.exists());
 }
+
+#[test]
+fn run_refuses_a_clone_mode_workspace_instead_of_writing_the_work_tree() {
+    let env = TestEnv::new();
+    let project = env.git_project("proj");
+    env.write_project_config(&project, "workspace_mode = \"clone\"\n");
+    let run = env.run_in(&project, &["run", "--", "touch", "written"]);
+    run.assert_code(2);
+    assert!(run.stderr.contains("clone"), "{}", run.stderr);
+    assert!(!project.join("written").exists());
+}

@@ -188,3 +188,24 @@ fn persisted_agent_state_survives_down_and_lives_under_the_data_root() {
     run.assert_code(0);
     assert_eq!(run.stdout, "{\"login\":1}\ns\n");
 }
+
+#[test]
+fn plan_shows_the_agents_tool_dir_sync_allowlist_and_persisted_state() {
+    let env = TestEnv::new();
+    env.write_user_config("agent = \"claude\"\n[agents.claude]\npersist_state = true\n");
+    let project = env.git_project("proj");
+    let plan = env.run_in(&project, &["plan"]);
+    plan.assert_code(0);
+    for needle in [
+        "/var/lib/airlock/agents/claude (read-only",
+        "npm @anthropic-ai/claude-code",
+        "~/.claude: CLAUDE.md, settings.json, commands/, agents/, skills/",
+        ".claude/, .claude.json (kept under airlock's data root",
+    ] {
+        assert!(
+            plan.stdout.contains(needle),
+            "{needle:?} not in:\n{}",
+            plan.stdout
+        );
+    }
+}

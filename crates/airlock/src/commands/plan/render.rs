@@ -415,6 +415,43 @@ fn agent(doc: &mut Doc, a: &Agent) {
         yes_no(&a.persist_state),
         a.persist_state.origin,
     );
+    let dim = |doc: &mut Doc, key: &str, text: &str| {
+        doc.styled_field(2, key, &[(Style::Dim, text)]);
+    };
+    if a.selected {
+        let package = match a.spec.package {
+            Some(airlock_config::agents::Package::Npm(n)) => format!("npm {n}"),
+            Some(airlock_config::agents::Package::Pip(n)) => format!("pip {n}"),
+            None => "no package".to_owned(),
+        };
+        let tools = format!(
+            "{}/{} (read-only; when the image lacks `{}`, `up` installs {package})",
+            airlock_host::agents::TOOLS_INSIDE,
+            a.spec.name,
+            a.spec.command
+        );
+        dim(doc, "tools", &tools);
+    }
+    if a.sync_config.value && !a.spec.config_sync.is_empty() {
+        let from = if a.spec.config_dir.is_empty() {
+            "~".to_owned()
+        } else {
+            format!("~/{}", a.spec.config_dir)
+        };
+        dim(
+            doc,
+            "syncs",
+            &format!("{from}: {}", a.spec.config_sync.join(", ")),
+        );
+    }
+    if a.persist_state.value {
+        let state = format!(
+            "{} (kept under airlock's data root, agent-state/{})",
+            a.spec.state_paths.join(", "),
+            a.spec.name
+        );
+        dim(doc, "state", &state);
+    }
 }
 
 fn nested(doc: &mut Doc, key: &str, value: &str, o: Origin) {

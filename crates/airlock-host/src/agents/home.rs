@@ -105,8 +105,10 @@ fn host_git_config(home: &Path, key: &str) -> Option<String> {
 }
 
 /// The writer: staged in the same directory, then renamed over the target.
-const WRITE_SCRIPT: &str = "set -e; umask 077; f=$1; mkdir -p -- \"${f%/*}\"; \
-    cat > \"$f.airlock-new\"; chmod \"$2\" \"$f.airlock-new\"; mv -f -- \"$f.airlock-new\" \"$f\"";
+/// The staging name carries the writer's pid, so two writers never share one.
+const WRITE_SCRIPT: &str =
+    "set -e; umask 077; f=$1; t=$f.airlock-new.$$; mkdir -p -- \"${f%/*}\"; \
+    cat > \"$t\"; chmod \"$2\" \"$t\"; mv -f -- \"$t\" \"$f\"";
 
 /// Writes `files` into the sandbox home of the ready sandbox `record`, as the sandbox user.
 pub fn apply(

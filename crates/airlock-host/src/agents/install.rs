@@ -76,6 +76,21 @@ pub fn ensure(
         )));
     };
     let dir = tool_dir(roots, spec);
+    // One installer per agent at a time, across projects: another `up` may be installing it.
+    let _lock = lock(&dir)?;
+    if on_path(backend, record, spec.command)? {
+        return Ok(Installed::Present);
+    }
+    if dir.join(MARKER).exists() {
+        return Err(install_failed(
+            spec,
+            format!(
+                "{} holds a finished install, but `{}` is not found inside the sandbox",
+                dir.display(),
+                spec.command
+            ),
+        ));
+    }
     empty_dir(&dir)?;
     run_installer(eff, roots, spec, package)?;
     let bin = dir.join("bin").join(spec.command);
@@ -96,6 +111,23 @@ pub fn ensure(
     Ok(Installed::Now {
         package: package_text(package),
     })
+}
+
+/// An exclusive `flock` on `<tool dir>.lock`, released when the file is dropped.
+fn lock(dir: &Path) -> Result<std::fs::File, HostError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = dir.with_extension("lock");
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+        .open(&path)
+        .map_err(|e| super::io_error(&path, e))?;
+    rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive)
+        .map_err(|e| super::io_error(&path, e.into()))?;
+    Ok(file)
 }
 
 fn package_text(p: Package) -> String {

@@ -179,6 +179,47 @@ fn state_file(path: &Path) -> Result<(), HostError> {
     }
 }
 
+/// Base setup of the agent and git in the ready sandbox (A1, A2, A3, A5), under the sandbox's
+/// lock so a concurrent `down` cannot pull the sandbox away mid-write: installs a missing agent
+/// command ([`install::ensure`]), then writes the synced configuration and git's configuration
+/// ([`home`]). When the sandbox `up` made ready is no longer the ready one (a concurrent `down`
+/// won the lock), nothing is done and a note says so. Returns notes for `up`'s output.
+pub fn setup_ready(
+    host: &crate::Host,
+    name: &airlock_core::names::SandboxName,
+    epoch: &airlock_core::records::Epoch,
+    eff: &Effective,
+    roots: &Roots,
+) -> Result<Vec<String>, HostError> {
+    use airlock_core::lifecycle::{self, Health};
+    let lifecycle_error = crate::lifecycle::lifecycle_error;
+    let _guard = host
+        .stores
+        .lock(name, crate::lifecycle::lock_wait())
+        .map_err(lifecycle_error)?;
+    let report = lifecycle::status(&host.stores, &host.backend, name).map_err(lifecycle_error)?;
+    let record = match report.record {
+        Some(r) if report.health == Health::Ready && r.epoch == *epoch => r,
+        Some(_) | None => {
+            return Ok(vec![format!(
+                "note: sandbox {name} was stopped or replaced meanwhile; agent setup skipped"
+            )])
+        }
+    };
+    let mut notes = Vec::new();
+    match install::ensure(eff, roots, &host.backend, &record)? {
+        install::Installed::Now { package } => {
+            notes.push(format!("installed the agent from {package}"))
+        }
+        install::Installed::NoAgent | install::Installed::Present => {}
+    }
+    let base = home::base_files(eff, roots);
+    home::apply(&host.backend, &record, &eff.home.sandbox_path, &base.files)?;
+    notes.extend(base.notes);
+    notes.extend(credential_notes(eff, roots));
+    Ok(notes)
+}
+
 /// Notes for agents with `credentials = true` (A3) whose key is not stored as a secret: the
 /// key reaches the sandbox only as a placeholder of a stored secret (N5).
 pub fn credential_notes(eff: &Effective, roots: &Roots) -> Vec<String> {

@@ -128,7 +128,13 @@ pub fn run(args: UpArgs, ctx: &Context) -> Result<Report, CommandError> {
         .with_hint("run `airlock up` to attach to it, or `airlock down` to remove it"));
     }
     notes.extend(outcome_notes(&outcome));
-    notes.extend(agent_setup(&effective, &roots, &setup, &outcome.record)?);
+    notes.extend(airlock_host::agents::setup_ready(
+        &setup,
+        &name,
+        &outcome.record.epoch,
+        &effective,
+        &roots,
+    )?);
     let (lines, json) = summary(&name, &outcome, total);
     // S1: every `up` makes sure the default session exists; attaching creates it.
     let plan = AttachPlan::new(
@@ -173,34 +179,6 @@ pub fn run(args: UpArgs, ctx: &Context) -> Result<Report, CommandError> {
     let mut report = Report::new(Doc::new(), json);
     report.status = Some(u8::try_from(status).unwrap_or(u8::MAX));
     Ok(report)
-}
-
-/// Base setup of the agent and git in the ready sandbox (A1, A2, A5): install a missing agent
-/// command, then write the synced configuration and git's configuration into the home.
-fn agent_setup(
-    effective: &airlock_config::Effective,
-    roots: &airlock_config::Roots,
-    setup: &Host,
-    record: &airlock_core::records::SandboxRecord,
-) -> Result<Vec<String>, CommandError> {
-    use airlock_host::agents::{home, install};
-    let mut notes = Vec::new();
-    match install::ensure(effective, roots, &setup.backend, record)? {
-        install::Installed::Now { package } => {
-            notes.push(format!("installed the agent from {package}"))
-        }
-        install::Installed::NoAgent | install::Installed::Present => {}
-    }
-    let base = home::base_files(effective, roots);
-    home::apply(
-        &setup.backend,
-        record,
-        &effective.home.sandbox_path,
-        &base.files,
-    )?;
-    notes.extend(base.notes);
-    notes.extend(airlock_host::agents::credential_notes(effective, roots));
-    Ok(notes)
 }
 
 /// Diagnostics about what `up` found and cleaned on its way.

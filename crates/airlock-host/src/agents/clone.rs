@@ -6,7 +6,8 @@
 //!   parents), mapped at the work tree's path instead of the work tree (I3). The host
 //!   repository gets a remote `airlock-<sandbox>` naming the clone, so `git fetch
 //!   airlock-<sandbox>` shows the sandbox's commits while it runs and after. Uncommitted changes
-//!   stay on the host. The clone's `.git/config` and `.git/hooks` are mapped read-only (C8).
+//!   stay on the host. The clone is a workspace, so the protected paths (C8: `.git/config`,
+//!   `.git/hooks`, …) are read-only inside it like in any work tree.
 //! - [`after_down`]: a clone whose branches all point at commits the host repository has is
 //!   removed with its remote; one holding commits the host has not fetched is kept, and `down`
 //!   says which branches and how to fetch them. [`sweep`] (`clean`) removes the fetched ones of
@@ -22,7 +23,6 @@ use std::process::Command;
 
 use airlock_config::effective::Workspace;
 use airlock_config::Roots;
-use airlock_linux::spec::Mapping;
 
 use crate::error::{ErrorKind, HostError};
 use crate::paths::ensure_root;
@@ -45,19 +45,6 @@ pub fn remote_name(sandbox: &str) -> String {
 /// The file beside a clone naming the host work tree it was cloned from.
 fn origin_file(clone: &Path) -> PathBuf {
     clone.with_extension("origin")
-}
-
-/// Read-only mappings over the clone's git configuration and hooks (C8); `git clone` creates
-/// both.
-pub fn protected_mappings(clone: &Path, sandbox_path: &Path) -> Vec<Mapping> {
-    ["config", "hooks"]
-        .into_iter()
-        .map(|p| Mapping {
-            host: clone.join(".git").join(p),
-            sandbox: sandbox_path.join(".git").join(p),
-            writable: false,
-        })
-        .collect()
 }
 
 /// Creates the clone and the host's remote when absent; returns notes for `up`.

@@ -105,8 +105,6 @@ pub fn extend_spec(eff: &Effective, roots: &Roots, sandbox: &str, spec: &mut San
         {
             m.host = clone.clone();
         }
-        spec.workspaces
-            .extend(clone::protected_mappings(&clone, &w.sandbox_path));
     }
 }
 

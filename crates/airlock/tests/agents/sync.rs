@@ -107,7 +107,8 @@ fn git_inside_commits_as_the_host_user_and_trusts_only_the_workspace() {
     let safe = sb.exec("git config --global --get-all safe.directory");
     safe.assert_code(0);
     assert_eq!(safe.stdout.trim(), project.to_str().unwrap());
-    let url = sb.exec("git remote add gh git@github.com:o/r.git && git remote get-url --push gh");
+    // The workspace's .git/config is read-only inside (C8): expand without writing it.
+    let url = sb.exec("git ls-remote --get-url git@github.com:o/r.git");
     assert_eq!(url.stdout.trim(), "https://github.com/o/r.git");
 }
 

@@ -73,6 +73,8 @@ fn the_main_repositorys_hooks_and_config_are_read_only_inside() {
     ));
     assert_ne!(run.code, Some(0), "{}", run.stderr);
     assert!(!hooks.join("post-commit").exists());
+    // The work-tree protection rules are not applied to the git directory itself.
+    assert!(!main.join(".git/.git").exists() && !main.join(".git/.airlock").exists());
     assert!(!std::fs::read_to_string(&config)
         .unwrap()
         .ends_with("[core]\n"));

@@ -3,9 +3,9 @@
 //! Attaching a terminal is `airlock-term`'s (the client owns the terminal); the stream it
 //! attaches over is opened here, with the detach key and the default session's spec.
 //!
-//! The default session's command comes from one place, [`default_command`]: today the sandbox
-//! user's login shell (the host user's `$SHELL` when the image has it); with an agent selected
-//! (A1) it will be the agent's command. With `layout = "tmux"` (S4) that command runs in the
+//! The default session's command comes from one place, [`default_command`]: with an agent
+//! selected (A1), the agent's command and its catalogue (or configured) arguments; otherwise the
+//! sandbox user's login shell (the host user's `$SHELL` when the image has it). With `layout = "tmux"` (S4) that command runs in the
 //! `agent` window of a tmux session with `edit` and `shell` windows, attached if it exists and
 //! created otherwise ([`tmux_command`]).
 
@@ -101,11 +101,14 @@ pub fn ensure(
     Ok(opened)
 }
 
-/// What the default session runs, before the layout: the selected agent's command once agents
-/// are installed (A1); today the login shell.
-pub fn default_command(_effective: &Effective, host_shell: Option<String>) -> SessionCommand {
-    SessionCommand::LoginShell {
-        preferred: host_shell,
+/// What the default session runs, before the layout: the selected agent's command with its
+/// arguments (A1; `up` installed it before the session starts), else the login shell.
+pub fn default_command(effective: &Effective, host_shell: Option<String>) -> SessionCommand {
+    match crate::agents::session_command(effective) {
+        Some(argv) => SessionCommand::Argv { argv },
+        None => SessionCommand::LoginShell {
+            preferred: host_shell,
+        },
     }
 }
 

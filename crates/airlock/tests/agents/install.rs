@@ -172,4 +172,19 @@ fn claude_code_installed_from_npm_reaches_a_loopback_standin_with_the_real_key()
         "{}",
         again.stderr
     );
+    // The default session runs the agent with its catalogue arguments (S1, A1).
+    let sessions = sb.run(&["sessions", "--json"]);
+    sessions.assert_code(0);
+    let doc = sessions.json();
+    let main = doc["sessions"]
+        .as_array()
+        .and_then(|all| all.iter().find(|s| s["name"] == "main"))
+        .unwrap_or_else(|| panic!("no default session: {doc}"))
+        .clone();
+    assert_eq!(
+        main["command"],
+        serde_json::json!(["claude", "--dangerously-skip-permissions"]),
+        "{main}"
+    );
+    assert_eq!(main["state"], "running", "{main}");
 }

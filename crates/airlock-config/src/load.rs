@@ -289,7 +289,7 @@ pub fn load(req: &LoadRequest<'_>) -> Result<Effective, ConfigErrors> {
     let provisioning = provisioning(req, &layers, d);
     let env = toolchain::env(user.as_ref(), d);
     let taken = toolchain::Taken {
-        workspace: workspace_root,
+        workspace: req.project.map(|p| p.root.as_path()),
         mounts: &mounts,
     };
     let tools = toolchain::tools(user.as_ref(), req.roots, &taken, d);

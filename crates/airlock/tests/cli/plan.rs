@@ -266,6 +266,22 @@ fn an_image_that_does_not_exist_is_a_config_error_naming_what_works_today() {
 }
 
 #[test]
+fn plan_says_dot_git_is_protected_only_when_it_is_a_file() {
+    // A repository's `.git` directory stays writable (commits work inside); only a `gitdir:`
+    // file is read-only. The plan must not tell the user their whole `.git` is read-only.
+    let env = TestEnv::new();
+    let project = env.git_project("src/demo");
+    let run = env.run_in(&project, &["plan"]);
+    run.assert_code(0);
+    let out = &run.stdout;
+    assert!(
+        out.contains(".git  (read-only when it is a file, default)"),
+        "{out}"
+    );
+    assert!(!out.contains(".git  (read-only, default)"), "{out}");
+}
+
+#[test]
 fn plan_lists_protected_paths_with_their_origin_and_lifted_ones() {
     let env = TestEnv::new();
     let project = env.git_project("src/demo");

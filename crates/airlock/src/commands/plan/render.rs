@@ -232,6 +232,9 @@ fn mappings(doc: &mut Doc, e: &Effective) {
     for p in &e.protect {
         let state = if p.lifted {
             "lifted for this project".to_owned()
+        } else if p.files_only {
+            // Only a `gitdir:` file is protected; a directory of that name stays writable.
+            format!("read-only when it is a file, {}", p.origin.as_str())
         } else {
             format!("read-only, {}", p.origin.as_str())
         };

@@ -593,7 +593,7 @@ pub fn status<B: Backend>(
         Health::Stale if incompatible.is_some() => {
             "airlock down (stops the sandbox started by the other airlock version), then airlock up"
         }
-        Health::Ready => "airlock exec -- CMD, or airlock down",
+        Health::Ready => "airlock attach, airlock exec -- CMD, or airlock down",
         Health::Starting => "wait for the running `airlock up` to finish",
         Health::Absent => "airlock up",
         Health::Stopped | Health::Failed | Health::Stale => {

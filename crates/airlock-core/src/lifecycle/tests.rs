@@ -270,6 +270,18 @@ fn up_records_ready_with_owner_and_guest_then_reuses_with_the_same_epoch() {
 }
 
 #[test]
+fn status_of_a_ready_sandbox_points_to_attach_its_session() {
+    // `up` ends attached to a session; after detaching, `status` must say how to get back.
+    let w = world();
+    let fake = Fake::new();
+    up_with(&w, &fake, plan()).unwrap();
+    let st = status(&w.stores, &fake, &w.name).unwrap();
+    assert_eq!(st.health, Health::Ready);
+    assert!(st.next.contains("airlock attach"), "{}", st.next);
+    assert!(st.next.contains("airlock exec"), "{}", st.next);
+}
+
+#[test]
 fn a_failed_start_is_rolled_back_and_leaves_no_record() {
     let w = world();
     let fake = Fake::new();

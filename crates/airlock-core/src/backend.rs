@@ -115,6 +115,8 @@ pub struct Inspection {
     /// Set when the owner was started by another airlock version (another host protocol): it
     /// is not used, only stopped, and the sandbox is `stale`. Says which version.
     pub incompatible: Option<String>,
+    /// What the running sandbox does without (e.g. limits skipped at start).
+    pub warnings: Vec<String>,
 }
 
 /// What `stop` did.

@@ -19,6 +19,9 @@ pub const START_FILE: &str = "start.json";
 pub const LOG_FILE: &str = "keeper.log";
 /// In a persistent sandbox's state directory: why its keeper stopped, for `status`.
 pub const EXIT_NOTE: &str = "exit-note";
+/// In a persistent sandbox's state directory: what the sandbox runs without (limits the keeper
+/// had to skip), one warning a line, for `up` and `status`.
+pub const START_WARNINGS: &str = "start-warnings";
 /// In a persistent sandbox's runtime directory: the keeper's control socket.
 pub const SOCKET: &str = "control.sock";
 /// In a persistent sandbox's runtime directory: its egress directory.

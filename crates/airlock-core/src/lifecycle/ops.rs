@@ -580,6 +580,9 @@ pub fn status<B: Backend>(
     if let Some(note) = inspection.as_ref().and_then(|i| i.exit_note.clone()) {
         warnings.push(note);
     }
+    if health == Health::Ready {
+        warnings.extend(inspection.iter().flat_map(|i| i.warnings.iter().cloned()));
+    }
     if health == Health::Failed {
         warnings.push("the sandbox's PID 1 is gone while its keeper still runs".into());
     }

@@ -180,6 +180,7 @@ impl Backend for Fake {
                 .incompatible
                 .get()
                 .then(|| "host protocol 99, this airlock speaks 1".to_owned()),
+            warnings: Vec::new(),
         }
     }
     fn stop(&self, _: &SandboxRecord, _: Duration) -> Result<StopReport, BackendError> {
@@ -453,6 +454,7 @@ fn health_follows_the_proofs_not_the_record() {
         disk_bytes: None,
         exit_note: note.map(str::to_owned),
         incompatible: None,
+        warnings: Vec::new(),
     };
     let h = |i: Inspection| assess(Some(&rec), None, Some(&i));
     assert_eq!(h(seen(Liveness::Ours, Liveness::Ours, None)), Health::Ready);

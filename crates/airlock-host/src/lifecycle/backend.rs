@@ -27,7 +27,7 @@ use airlock_linux::spec::SandboxSpec;
 use serde::{Deserialize, Serialize};
 
 use crate::paths::START_FILE;
-pub use crate::paths::{EGRESS_DIR, EXIT_NOTE, LOG_FILE, SOCKET};
+pub use crate::paths::{EGRESS_DIR, EXIT_NOTE, LOG_FILE, SOCKET, START_WARNINGS};
 use crate::wire::{
     egress_start, KeeperOutcome, KeeperReport, StartRequest, HOST_VERSION, KEEPER_VERB, MODE_STREAM,
 };
@@ -312,6 +312,7 @@ impl Backend for LinuxBackend {
             exit_note: fs::read_to_string(record.paths.state_dir.join(EXIT_NOTE))
                 .ok()
                 .map(|s| s.trim().to_owned()),
+            warnings: start_warnings(record),
         }
     }
 
@@ -526,6 +527,14 @@ impl LinuxStarting {
             KeeperOutcome::Failed(failure) => Err(BackendError::Start(failure)),
         }
     }
+}
+
+/// What the keeper warned about when the sandbox started (its [`START_WARNINGS`] file, in the
+/// host-only state directory).
+pub fn start_warnings(record: &SandboxRecord) -> Vec<String> {
+    fs::read_to_string(record.paths.state_dir.join(START_WARNINGS))
+        .map(|text| text.lines().map(str::to_owned).collect())
+        .unwrap_or_default()
 }
 
 /// The last line of the keeper's log, for an error message.

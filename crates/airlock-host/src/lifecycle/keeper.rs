@@ -40,7 +40,7 @@ use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use rustix::event::{poll, PollFd, PollFlags};
 
-use super::backend::{with_socket_path, EXIT_NOTE, SOCKET};
+use super::backend::{with_socket_path, EXIT_NOTE, SOCKET, START_WARNINGS};
 use crate::egress::supervisor::ProxySupervisor;
 use crate::error::HostError;
 use crate::run::limits::{self, RunCgroup};
@@ -71,6 +71,12 @@ pub fn main(args: &[OsString]) -> i32 {
         }
     };
     let started = sandbox.timings;
+    // Written before the report, so the `up` that reads it finds the file; never one left
+    // from an earlier start.
+    let _ = match cgroup.skipped_warning() {
+        Some(warning) => fs::write(state_dir.join(START_WARNINGS), format!("{warning}\n")),
+        None => fs::remove_file(state_dir.join(START_WARNINGS)),
+    };
     let report = KeeperReport::new(KeeperOutcome::Ready {
         guest_pid,
         init_pid: sandbox.init_pid(),

@@ -20,9 +20,16 @@ pub type Warn = fn(&str);
 pub struct RunCgroup {
     cgroup: Option<(Cgroup, Janitor)>,
     warn: Warn,
+    /// The warning given when default limits were skipped (kept for `up` and `status`).
+    skipped: Option<String>,
 }
 
 impl RunCgroup {
+    /// Why this sandbox runs without cgroup limits, when it does.
+    pub fn skipped_warning(&self) -> Option<&str> {
+        self.skipped.as_deref()
+    }
+
     /// Moves the init stage (host pid) into the cgroup; PID 1 and every sandbox process inherit it.
     pub fn join(&mut self, pid: u32) -> Result<(), airlock_linux::cgroup::CgroupError> {
         match &self.cgroup {
@@ -81,16 +88,22 @@ pub fn prepare(spec: &SandboxSpec, warn: Warn) -> Result<RunCgroup, HostError> {
             Ok(RunCgroup {
                 cgroup: Some((cg, janitor)),
                 warn,
+                skipped: None,
             })
         }
         Err(e @ (CgroupError::NotDelegated { .. } | CgroupError::NoControllers)) => {
             if explicit.is_empty() {
-                warn(&format!(
+                let message = format!(
                     "running without cgroup limits (the memory processes use and CPU time are \
                      not bounded; tmpfs sizes and the process count are): {e}; run `airlock \
                      doctor` for the fix"
-                ));
-                Ok(RunCgroup { cgroup: None, warn })
+                );
+                warn(&message);
+                Ok(RunCgroup {
+                    cgroup: None,
+                    warn,
+                    skipped: Some(message),
+                })
             } else {
                 Err(HostError::new(
                     ErrorKind::BackendUnavailable,

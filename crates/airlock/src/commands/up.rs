@@ -128,6 +128,12 @@ pub fn run(args: UpArgs, ctx: &Context) -> Result<Report, CommandError> {
         .with_hint("run `airlock up` to attach to it, or `airlock down` to remove it"));
     }
     notes.extend(outcome_notes(&outcome));
+    // What the sandbox runs without (e.g. cgroup limits this user may not create).
+    notes.extend(
+        airlock_host::lifecycle::backend::start_warnings(&outcome.record)
+            .into_iter()
+            .map(|w| format!("warning: {w}")),
+    );
     notes.extend(airlock_host::agents::setup_ready(
         &setup,
         &name,

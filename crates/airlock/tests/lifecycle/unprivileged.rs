@@ -47,3 +47,44 @@ fn an_unprivileged_user_can_up_exec_status_and_down() {
     status.assert_code(1);
     assert_eq!(status.json()["health"], "absent");
 }
+
+#[test]
+fn up_without_delegated_cgroups_warns_that_memory_is_unbounded_and_status_keeps_saying_so() {
+    if test_user().is_none() {
+        return skip_without_test_user();
+    }
+    let p = Project::new();
+    let user = AsTestUser(&p);
+    // `run` says on stderr when this user may not create cgroups; `up` must say it too, not
+    // only in the keeper's log where nobody looks.
+    let probe = user.run(&["run", "--", "true"]);
+    probe.assert_code(0);
+    if !probe.stderr.contains("without cgroup limits") {
+        eprintln!("skipped: cgroups are delegated to the test user here, so no limit is skipped");
+        return;
+    }
+    let up = user.run(&["up", "--no-attach"]);
+    up.assert_code(0);
+    assert!(
+        up.stderr.contains("warning: running without cgroup limits"),
+        "{}",
+        up.stderr
+    );
+    let status = user.run(&["status"]);
+    status.assert_code(0);
+    assert!(
+        status.stdout.contains("running without cgroup limits"),
+        "{}",
+        status.stdout
+    );
+    let json = user.run(&["status", "--json"]).json();
+    let warned = json["warnings"]
+        .as_array()
+        .expect("warnings")
+        .iter()
+        .any(|w| {
+            w.as_str()
+                .is_some_and(|w| w.contains("without cgroup limits"))
+        });
+    assert!(warned, "{json}");
+}

@@ -14,8 +14,9 @@ pub mod credential_shapes;
 pub mod diagnostics;
 pub mod edit;
 pub mod effective;
-pub mod env_vars;
 pub mod git_worktree;
+/// The environment-variable catalogue (the `airlock-env` crate, re-exported under its old path).
+pub use airlock_env as env_vars;
 mod limits;
 mod load;
 pub mod mounts;

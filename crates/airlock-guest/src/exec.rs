@@ -238,14 +238,14 @@ fn environment(
     name: &str,
 ) -> Vec<(String, String)> {
     let mut env: BTreeMap<String, String> = BTreeMap::new();
-    env.insert("PATH".into(), DEFAULT_PATH.into());
-    env.insert("HOME".into(), home.into());
-    env.insert("USER".into(), name.into());
-    env.insert("LOGNAME".into(), name.into());
+    env.insert(airlock_env::PATH.into(), DEFAULT_PATH.into());
+    env.insert(airlock_env::HOME.into(), home.into());
+    env.insert(airlock_env::USER.into(), name.into());
+    env.insert(airlock_env::LOGNAME.into(), name.into());
     env.extend(opts.env_base.iter().cloned());
     env.extend(request.env.iter().map(|(k, v)| (k.clone(), v.clone())));
     if let Some(tty) = &request.tty {
-        env.insert("TERM".into(), tty.term.clone());
+        env.insert(airlock_env::TERM.into(), tty.term.clone());
     }
     env.into_iter().collect()
 }

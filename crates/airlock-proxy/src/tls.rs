@@ -72,7 +72,8 @@ impl SystemRoots {
     /// Locates the system store (a few `stat`s; nothing is read).
     pub fn locate() -> SystemRoots {
         // Exactly the test `rustls-native-certs` applies: set (even to a missing path) wins.
-        if std::env::var_os("SSL_CERT_FILE").is_some() || std::env::var_os("SSL_CERT_DIR").is_some()
+        if std::env::var_os(airlock_env::SSL_CERT_FILE).is_some()
+            || std::env::var_os(airlock_env::SSL_CERT_DIR).is_some()
         {
             return SystemRoots::FromEnv;
         }

@@ -33,7 +33,7 @@ pub const LOCK_WAIT: Duration = Duration::from_secs(30);
 /// builds never read it).
 pub fn lock_wait() -> Duration {
     #[cfg(debug_assertions)]
-    if let Some(ms) = std::env::var("AIRLOCK_TEST_LOCK_WAIT_MS")
+    if let Some(ms) = std::env::var(airlock_config::env_vars::AIRLOCK_TEST_LOCK_WAIT_MS)
         .ok()
         .and_then(|v| v.parse().ok())
     {

@@ -307,7 +307,7 @@ fn host_user(home: &Path) -> HostUser {
     let name = std::fs::read_to_string("/etc/passwd")
         .ok()
         .and_then(|text| airlock_linux::doctor::user_name_for(&text, uid))
-        .or_else(|| std::env::var("USER").ok())
+        .or_else(|| std::env::var(env_vars::USER).ok())
         .unwrap_or_default();
     HostUser {
         uid,

@@ -22,7 +22,7 @@ fn locations() -> Vec<PathBuf> {
         .filter(|p| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir()))
         .collect();
     paths.extend(std::env::current_dir().ok());
-    for var in ["HOME", "XDG_RUNTIME_DIR"] {
+    for var in [airlock_env::HOME, airlock_env::XDG_RUNTIME_DIR] {
         if let Some(v) = std::env::var_os(var).filter(|v| !v.is_empty()) {
             paths.push(PathBuf::from(v));
         }

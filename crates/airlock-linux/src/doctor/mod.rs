@@ -95,7 +95,7 @@ impl Invoker {
         let name = std::fs::read_to_string("/etc/passwd")
             .ok()
             .and_then(|t| user_name_for(&t, uid))
-            .or_else(|| std::env::var("USER").ok())
+            .or_else(|| std::env::var(airlock_env::USER).ok())
             .unwrap_or_else(|| uid.to_string());
         Invoker { uid, name }
     }
@@ -568,7 +568,7 @@ fn helper_usable(path: &Path) -> bool {
 }
 
 fn find_helper(name: &str) -> Option<PathBuf> {
-    let path = std::env::var("PATH").unwrap_or_default();
+    let path = std::env::var(airlock_env::PATH).unwrap_or_default();
     let found = path
         .split(':')
         .chain(["/usr/bin", "/bin", "/usr/sbin", "/sbin"])

@@ -312,7 +312,8 @@ impl Drop for Progress {
 impl Observer for Progress {
     fn phase(&mut self, phase: &str) {
         #[cfg(debug_assertions)]
-        if std::env::var("AIRLOCK_TEST_CRASH_AT").is_ok_and(|p| p == phase) {
+        if std::env::var(airlock_config::env_vars::AIRLOCK_TEST_CRASH_AT).is_ok_and(|p| p == phase)
+        {
             std::process::abort();
         }
         if self.live && phase.starts_with("provision:") {
@@ -324,7 +325,8 @@ impl Observer for Progress {
             eprintln!("airlock up: {}", Self::describe(phase));
         }
         #[cfg(debug_assertions)]
-        if std::env::var("AIRLOCK_TEST_PAUSE_AT").is_ok_and(|p| p == phase) {
+        if std::env::var(airlock_config::env_vars::AIRLOCK_TEST_PAUSE_AT).is_ok_and(|p| p == phase)
+        {
             std::thread::sleep(Duration::from_secs(3));
         }
     }

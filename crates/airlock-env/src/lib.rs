@@ -1,7 +1,11 @@
-//! The one catalogue of every environment variable airlock reads or sets.
+//! airlock-env: the one catalogue of every environment variable airlock reads or sets.
 //!
 //! Code elsewhere names variables through these constants, never as string literals, so this
 //! file is the complete list a reviewer needs to audit what crosses the host/sandbox boundary.
+//! It is a leaf crate with no dependencies, so every crate (the guest's PID 1 and the proxy
+//! included) can use it; `airlock-config` re-exports it as `airlock_config::env_vars`. A test
+//! ([`ALL`] and the scan in `tests`) fails when non-test source in `crates/*/src` spells a
+//! catalogued name as a string literal.
 
 // ---- Read on the host -------------------------------------------------------------------
 
@@ -30,6 +34,23 @@ pub const TERM: &str = "TERM";
 pub const SHELL: &str = "SHELL";
 /// When set, `airlock run` prints `airlock: phase <name> <ms>` lines on stderr (scripts/bench).
 pub const AIRLOCK_TRACE_PHASES: &str = "AIRLOCK_TRACE_PHASES";
+/// Certificate directory OpenSSL-style tools read; when it or [`SSL_CERT_FILE`] is set on the
+/// host, the egress proxy takes its upstream roots from there.
+pub const SSL_CERT_DIR: &str = "SSL_CERT_DIR";
+
+// ---- Test hooks and the test suite (debug builds only; release builds never read them) ----
+
+/// Debug builds: `up` aborts when this phase starts (crash tests).
+pub const AIRLOCK_TEST_CRASH_AT: &str = "AIRLOCK_TEST_CRASH_AT";
+/// Debug builds: `up` sleeps 3 s when this phase starts (to press Ctrl+C mid-phase).
+pub const AIRLOCK_TEST_PAUSE_AT: &str = "AIRLOCK_TEST_PAUSE_AT";
+/// Debug builds: shortens the 30 s wait for a sandbox's lock (milliseconds).
+pub const AIRLOCK_TEST_LOCK_WAIT_MS: &str = "AIRLOCK_TEST_LOCK_WAIT_MS";
+/// The docs tests rewrite the generated man pages and references instead of comparing them.
+pub const AIRLOCK_UPDATE_DOCS: &str = "AIRLOCK_UPDATE_DOCS";
+/// Set by CI: a test that lacks root, the unprivileged test user or a tool fails instead of
+/// skipping (`airlock-testkit`).
+pub const CI: &str = "CI";
 
 // ---- Set inside the sandbox ---------------------------------------------------------------
 
@@ -86,6 +107,54 @@ pub const RUSTUP_HOME: &str = "RUSTUP_HOME";
 pub const PYENV_ROOT: &str = "PYENV_ROOT";
 /// nvm's directory, mapped read-only by `[[tool]] name = "nvm"` (P4).
 pub const NVM_DIR: &str = "NVM_DIR";
+
+/// Every variable this catalogue names (a test keeps it complete).
+pub const ALL: &[&str] = &[
+    HOME,
+    XDG_CONFIG_HOME,
+    XDG_STATE_HOME,
+    XDG_DATA_HOME,
+    XDG_CACHE_HOME,
+    XDG_RUNTIME_DIR,
+    VISUAL,
+    EDITOR,
+    NO_COLOR,
+    TERM,
+    SHELL,
+    AIRLOCK_TRACE_PHASES,
+    SSL_CERT_DIR,
+    AIRLOCK_TEST_CRASH_AT,
+    AIRLOCK_TEST_PAUSE_AT,
+    AIRLOCK_TEST_LOCK_WAIT_MS,
+    AIRLOCK_UPDATE_DOCS,
+    CI,
+    HTTP_PROXY,
+    HTTPS_PROXY,
+    HTTP_PROXY_LOWER,
+    HTTPS_PROXY_LOWER,
+    ALL_PROXY,
+    ALL_PROXY_LOWER,
+    NO_PROXY,
+    NO_PROXY_LOWER,
+    SSL_CERT_FILE,
+    REQUESTS_CA_BUNDLE,
+    CURL_CA_BUNDLE,
+    NODE_EXTRA_CA_CERTS,
+    GIT_SSL_CAINFO,
+    CARGO_HTTP_CAINFO,
+    LANG,
+    USER,
+    LOGNAME,
+    PATH,
+    PIP_CACHE_DIR,
+    NPM_CONFIG_CACHE,
+    UV_CACHE_DIR,
+    CARGO_HOME,
+    GOMODCACHE,
+    RUSTUP_HOME,
+    PYENV_ROOT,
+    NVM_DIR,
+];
 
 /// Variables airlock reads on the host.
 pub const READ_ON_HOST: &[&str] = &[
@@ -157,17 +226,4 @@ pub const NO_PROXY_VALUE: &str = "localhost,127.0.0.1,::1";
 pub const SANDBOX_LOCALE: &str = "C.UTF-8";
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn cache_vars_are_the_names_of_cache_dirs() {
-        let names: Vec<&str> = CACHE_DIRS.iter().map(|(n, _)| *n).collect();
-        assert_eq!(names, CACHE_VARS);
-    }
-
-    #[test]
-    fn proxy_url_names_the_proxy_port() {
-        assert_eq!(PROXY_URL, format!("http://127.0.0.1:{PROXY_PORT}"));
-    }
-}
+mod tests;

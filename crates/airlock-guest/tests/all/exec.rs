@@ -226,14 +226,7 @@ fn root_is_refused_unless_the_sandbox_allows_it() {
 
 #[test]
 fn sandbox_user_runs_unprivileged_with_no_capabilities() {
-    if !is_root() {
-        // Identity switching and capability dropping need a privileged guest. CI runs the
-        // suite as root, so there a non-root run is a broken setup, not a skip.
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "this test needs root; run scripts/test as root"
-        );
-        eprintln!("skipped: identity switching needs a guest started as root");
+    if !airlock_testkit::needs_root("identity switching needs a guest started as root") {
         return;
     }
     let guest = Guest::start();

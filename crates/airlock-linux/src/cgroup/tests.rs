@@ -1,6 +1,6 @@
 //! T1 tests on fake trees and pure functions; T2 tests on the real hierarchy (as root they
 //! create real cgroups; as an unprivileged user they assert the typed "not delegated" error).
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -289,7 +289,10 @@ fn real_cgroup(tag: &str, limits: &CgroupLimits) -> Option<Guard> {
         return Some(Guard(Some(result.expect("root can create cgroups"))));
     }
     match result {
-        Err(CgroupError::NotDelegated { .. } | CgroupError::NoControllers) => None,
+        Err(CgroupError::NotDelegated { .. } | CgroupError::NoControllers) => {
+            airlock_testkit::skip("needs root or a delegated cgroup subtree");
+            None
+        }
         Ok(cg) => Some(Guard(Some(cg))),
         Err(other) => panic!("rootless create must fail as not delegated, got {other}"),
     }
@@ -367,15 +370,21 @@ fn memory_hog_is_oom_killed_inside_the_cgroup_and_the_host_survives() {
         return;
     };
     // `tail` keeps a newline-free stream in memory: 512 MiB against a 64 MiB limit.
-    let mut child = gated_shell("head -c 536870912 /dev/zero | tail; echo exit=$?");
+    // The marker proves the hog started inside the cgroup before the kill.
+    let mut child =
+        gated_shell("echo hog-started; head -c 536870912 /dev/zero | tail; echo exit=$?");
     cg.add_pid(child.id()).unwrap();
     open_gate(&mut child);
-    let mut line = String::new();
+    let mut out = String::new();
     BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
+        .read_to_string(&mut out)
         .unwrap();
     child.wait().unwrap();
-    assert_eq!(line.trim(), "exit=137", "tail must die of SIGKILL (OOM)");
+    assert_eq!(
+        out.lines().collect::<Vec<_>>(),
+        ["hog-started", "exit=137"],
+        "the hog must start and tail must die of SIGKILL (OOM)"
+    );
     assert!(
         cg.oom_kills().unwrap() >= 1,
         "the kernel must record the OOM kill in this cgroup"
@@ -460,8 +469,8 @@ fn janitor_helper_process() {
 
 #[test]
 fn janitor_removes_cgroup_after_airlock_is_sigkilled() {
-    if !rustix::process::geteuid().is_root() {
-        return; // needs a real cgroup; the rootless contract is covered by real_cgroup()
+    if !airlock_testkit::needs_root("needs a real cgroup") {
+        return;
     }
     let mut helper = Command::new(std::env::current_exe().unwrap())
         .args([
@@ -545,12 +554,15 @@ fn releasing_the_janitor_cleans_up_a_cgroup_airlock_did_not_destroy() {
 fn v2_destroy_kills_members_with_cgroup_kill_and_removes_the_directory() {
     // This host binds every controller to v1, but its (controller-less) cgroup2 hierarchy still
     // has cgroup.procs and cgroup.kill: enough to exercise the v2 kill and removal path.
-    let Ok(layout) = Layout::detect() else { return };
+    if !airlock_testkit::needs_root("needs to create a cgroup at the cgroup2 root") {
+        return;
+    }
+    let layout = Layout::detect().expect("a cgroup layout");
     let Some(v2) = layout.v2.filter(|v| v.own_dir == v.mount_point) else {
-        return;
+        return airlock_testkit::skip("needs a cgroup2 hierarchy mounted at this process's cgroup");
     };
-    if !rustix::process::geteuid().is_root() || !v2.own_dir.join("cgroup.kill").exists() {
-        return;
+    if !v2.own_dir.join("cgroup.kill").exists() {
+        return airlock_testkit::skip("needs cgroup.kill (Linux 5.14)");
     }
     let h = Hierarchy {
         controllers: Vec::new(),

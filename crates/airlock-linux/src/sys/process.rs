@@ -613,8 +613,8 @@ mod tests {
 
     #[test]
     fn confined_child_holds_no_capabilities_and_no_new_privs() {
-        if !rustix::process::geteuid().is_root() {
-            return; // dropping the bounding set needs CAP_SETPCAP
+        if !airlock_testkit::needs_root("dropping the bounding set needs CAP_SETPCAP") {
+            return;
         }
         let confinement = Confinement {
             drop_capabilities: true,
@@ -692,8 +692,8 @@ mod tests {
 
     #[test]
     fn identity_switch_changes_uid_gid_and_groups() {
-        if !rustix::process::geteuid().is_root() {
-            return; // switching identity needs CAP_SETUID/CAP_SETGID
+        if !airlock_testkit::needs_root("switching identity needs CAP_SETUID/CAP_SETGID") {
+            return;
         }
         let identity = Identity::Switch {
             uid: 65534,

@@ -30,15 +30,7 @@ const HIDDEN_VERBS: &[&str] = &["__init", "__keeper", "__proxy"];
 /// Whether `tool` can run here; fails under CI (scripts/test installs it), else says why the
 /// test is skipped.
 fn have(tool: &str) -> bool {
-    if Command::new(tool).arg("--version").output().is_ok() {
-        return true;
-    }
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "{tool} is missing; scripts/test installs it"
-    );
-    eprintln!("skipped: needs {tool}");
-    false
+    airlock_testkit::needs_tool(tool)
 }
 
 #[test]

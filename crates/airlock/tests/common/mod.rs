@@ -277,11 +277,10 @@ pub fn test_user() -> Option<(u32, u32)> {
 /// Called by a T4 test that cannot run here: fails under CI (where `scripts/test` creates the
 /// user as root, so a missing user is a broken setup), otherwise says why it was skipped.
 pub fn skip_without_test_user() {
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "T4 test needs root and the {TEST_USER} user; run scripts/test as root"
-    );
-    eprintln!("skipped: needs root and the {TEST_USER} user (scripts/setup-test-user)");
+    airlock_testkit::skip(format_args!(
+        "T4 test needs root and the {TEST_USER} user (run scripts/test as root; \
+         scripts/setup-test-user creates the user)"
+    ));
 }
 
 /// Gives every entry under `root` (and `root`) to `uid:gid`, without following links.

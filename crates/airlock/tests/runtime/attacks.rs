@@ -78,9 +78,21 @@ both! {
     /// Denied syscalls fail with EPERM/ENOSYS for the sandbox user and for in-sandbox root:
     /// new user namespaces, keyrings, bpf, perf_event_open, userfaultfd, mount.
     fn dangerous_syscalls_are_denied(rt) {
-        // x86_64 numbers: keyctl 250, add_key 248, bpf 321, perf_event_open 298,
-        // userfaultfd 323, open_by_handle_at 304, kexec_load 246, init_module 175.
-        let code = "import ctypes; l=ctypes.CDLL(None, use_errno=True)\nfor n in (250,248,321,298,323,304,246,175):\n r=l.syscall(n,0,0,0,0,0); print(n, r, ctypes.get_errno())";
+        // Numbers of the native architecture, from libc (keyctl, add_key, bpf,
+        // perf_event_open, userfaultfd, open_by_handle_at, kexec_load, init_module).
+        let numbers = [
+            libc::SYS_keyctl,
+            libc::SYS_add_key,
+            libc::SYS_bpf,
+            libc::SYS_perf_event_open,
+            libc::SYS_userfaultfd,
+            libc::SYS_open_by_handle_at,
+            libc::SYS_kexec_load,
+            libc::SYS_init_module,
+        ]
+        .map(|n| n.to_string())
+        .join(",");
+        let code = &format!("import ctypes; l=ctypes.CDLL(None, use_errno=True)\nfor n in ({numbers}):\n r=l.syscall(n,0,0,0,0,0); print(n, r, ctypes.get_errno())");
         for opts in [&[][..], rt.most_privileged()] {
             let run = rt.sh(opts, &format!("{}; unshare -U true && echo userns-allowed; mount -t tmpfs x /mnt && echo mount-allowed", py(code)));
             assert!(!run.stdout.contains("allowed"), "{opts:?}: {run:?}");

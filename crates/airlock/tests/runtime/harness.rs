@@ -72,14 +72,17 @@ impl Rt {
     /// runs unprivileged, so the invoker runs cover it).
     pub fn unprivileged() -> Option<Rt> {
         if std::env::var_os(OPT_OUT).is_some() {
-            eprintln!("{OPT_OUT} is set: skipping the run as {TEST_USER}");
+            airlock_testkit::skip(format_args!("{OPT_OUT} is set: no run as {TEST_USER}"));
             return None;
         }
         if current_uid() != 0 {
-            eprintln!(
-                "the suite runs as uid {} already: its invoker runs are the unprivileged runs",
+            // The unprivileged pass (nextest profile `unprivileged`) filters these variants
+            // out: there the invoker runs are the unprivileged runs.
+            airlock_testkit::skip(format_args!(
+                "switching to {TEST_USER} needs root; the suite runs as uid {} (its invoker \
+                 runs are the unprivileged runs)",
                 current_uid()
-            );
+            ));
             return None;
         }
         let (Some(uid), Some(gid)) = (id_of("-u"), id_of("-g")) else {

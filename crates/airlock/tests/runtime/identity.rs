@@ -4,7 +4,7 @@
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use super::harness::{current_uid, ok, Rt};
+use super::harness::{ok, Rt};
 
 /// Root-only host files under the image's `/etc` and `/opt` (removed on drop): a 0600 file in
 /// each, and a 0700 directory holding a world-readable file.
@@ -19,12 +19,7 @@ impl HostSecrets {
     /// `None` (with the reason printed) when the suite cannot write `/etc` and `/opt`; under CI
     /// that is a failure.
     fn create() -> Option<HostSecrets> {
-        if current_uid() != 0 {
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "this test needs root to place root-only files under /etc and /opt"
-            );
-            eprintln!("skipped: placing root-only files under /etc and /opt needs root");
+        if !airlock_testkit::needs_root("placing root-only files under /etc and /opt") {
             return None;
         }
         let tag = format!("airlock-idmap-test-{}", std::process::id());
@@ -215,12 +210,7 @@ fn host_gid(rt: &Rt) -> u32 {
 #[test]
 fn root_invoker_refuses_a_filesystem_that_cannot_be_id_mapped() {
     let rt = Rt::invoker();
-    if !rt.is_root() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "this test needs a root invoker"
-        );
-        eprintln!("skipped: the suite does not run as root");
+    if !airlock_testkit::needs_root("the invoker must be root") {
         return;
     }
     rt.env.write_user_config(

@@ -33,6 +33,15 @@ pub fn skip(reason: impl Display) {
     eprintln!("skipped: {test}: {reason}");
 }
 
+/// This test exercises a kernel feature the host does not have (not a privilege or a tool
+/// scripts/test could provide): prints the reason, also under CI, where such a host is a
+/// supported configuration. Never use it for root, users or tools.
+pub fn host_lacks(feature: impl Display) {
+    let thread = std::thread::current();
+    let test = thread.name().unwrap_or("this test");
+    eprintln!("skipped: {test}: this host's kernel lacks {feature}");
+}
+
 /// The effective uid of this process (from `/proc/self/status`).
 pub fn effective_uid() -> u32 {
     let status = std::fs::read_to_string("/proc/self/status").expect("read /proc/self/status");

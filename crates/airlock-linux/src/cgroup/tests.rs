@@ -559,10 +559,10 @@ fn v2_destroy_kills_members_with_cgroup_kill_and_removes_the_directory() {
     }
     let layout = Layout::detect().expect("a cgroup layout");
     let Some(v2) = layout.v2.filter(|v| v.own_dir == v.mount_point) else {
-        return airlock_testkit::skip("needs a cgroup2 hierarchy mounted at this process's cgroup");
+        return airlock_testkit::host_lacks("a cgroup2 hierarchy mounted at this process's cgroup");
     };
     if !v2.own_dir.join("cgroup.kill").exists() {
-        return airlock_testkit::skip("needs cgroup.kill (Linux 5.14)");
+        return airlock_testkit::host_lacks("cgroup.kill (Linux 5.14)");
     }
     let h = Hierarchy {
         controllers: Vec::new(),

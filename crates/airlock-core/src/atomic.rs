@@ -88,6 +88,29 @@ pub enum AtomicWriteError {
     },
 }
 
+/// Whether an I/O error says the filesystem (or the user's quota) has no space left.
+pub fn is_out_of_space(e: &io::Error) -> bool {
+    let raw = e.raw_os_error();
+    raw == Some(rustix::io::Errno::NOSPC.raw_os_error())
+        || raw == Some(rustix::io::Errno::DQUOT.raw_os_error())
+}
+
+impl AtomicWriteError {
+    /// Whether the write failed because the disk (or quota) is full.
+    pub fn is_out_of_space(&self) -> bool {
+        match self {
+            AtomicWriteError::NoFileName { .. } => false,
+            AtomicWriteError::OpenDir { source, .. }
+            | AtomicWriteError::CreateTemp { source, .. }
+            | AtomicWriteError::Chmod { source, .. }
+            | AtomicWriteError::Write { source, .. }
+            | AtomicWriteError::SyncFile { source, .. }
+            | AtomicWriteError::Rename { source, .. }
+            | AtomicWriteError::SyncDir { source, .. } => is_out_of_space(source),
+        }
+    }
+}
+
 /// Replaces `path` with `bytes`, file mode `mode` (e.g. `0o600`), atomically and durably.
 ///
 /// A symlink at `path` is replaced, never followed. See the module docs for the sequence.

@@ -147,10 +147,19 @@ impl SandboxLock {
                 waited: wait,
             });
         }
-        write_holder(&mut file, holder).map_err(|source| LockError::WriteHolder {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        match write_holder(&mut file, holder) {
+            Ok(()) => {}
+            // The flock is the lock; the holder's identity only names it for a waiter. On a
+            // full disk the lock is kept without it (a waiter then sees no pid), so `down`
+            // works with zero free bytes (9.11).
+            Err(source) if crate::atomic::is_out_of_space(&source) => {}
+            Err(source) => {
+                return Err(LockError::WriteHolder {
+                    path: path.to_path_buf(),
+                    source,
+                })
+            }
+        }
         Ok(LockGuard {
             file,
             path: path.to_path_buf(),

@@ -109,6 +109,26 @@ pub enum StateError {
     Contended { name: String, attempts: u32 },
 }
 
+impl StateError {
+    /// Whether a write failed only because the state disk (or quota) is full.
+    pub fn is_out_of_space(&self) -> bool {
+        match self {
+            StateError::Write(e) => e.is_out_of_space(),
+            StateError::Read { source, .. }
+            | StateError::CreateDir { source, .. }
+            | StateError::Lock { source, .. }
+            | StateError::Remove { source, .. } => crate::atomic::is_out_of_space(source),
+            StateError::RootNotAbsolute { .. }
+            | StateError::InvalidName { .. }
+            | StateError::Corrupt { .. }
+            | StateError::Encode { .. }
+            | StateError::LockTimeout { .. }
+            | StateError::StaleRevision { .. }
+            | StateError::Contended { .. } => false,
+        }
+    }
+}
+
 fn rev(r: Option<u64>) -> String {
     match r {
         Some(n) => n.to_string(),

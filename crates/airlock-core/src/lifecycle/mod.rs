@@ -225,6 +225,11 @@ pub struct OperationLog<'a> {
     record: OperationRecord,
     revision: Option<u64>,
     phase_started: Instant,
+    /// `down`'s log: a full state disk skips the record instead of failing (9.11; stopping
+    /// and discarding a sandbox must work with zero free bytes).
+    best_effort: bool,
+    /// Set once a best-effort save was skipped for lack of space.
+    unrecorded: bool,
 }
 
 impl<'a> OperationLog<'a> {
@@ -235,13 +240,36 @@ impl<'a> OperationLog<'a> {
         name: &SandboxName,
         kind: OperationKind,
     ) -> Result<(OperationLog<'a>, Option<OperationRecord>), LifecycleError> {
+        Self::open(stores, name, kind, false)
+    }
+
+    /// [`OperationLog::begin`] for an operation that must work on a full state disk
+    /// (`down`): a save that fails for lack of space is skipped, and later saves try again.
+    pub fn begin_best_effort(
+        stores: &'a Stores,
+        name: &SandboxName,
+        kind: OperationKind,
+    ) -> Result<(OperationLog<'a>, Option<OperationRecord>), LifecycleError> {
+        Self::open(stores, name, kind, true)
+    }
+
+    fn open(
+        stores: &'a Stores,
+        name: &SandboxName,
+        kind: OperationKind,
+        best_effort: bool,
+    ) -> Result<(OperationLog<'a>, Option<OperationRecord>), LifecycleError> {
         let store = &stores.operations;
         let previous = store.read::<OperationRecord>(name.as_str())?;
         let mut interrupted = None;
         let revision = match previous {
             Some(mut prev) if prev.data.result == OperationResult::Running => {
                 prev.data.result = OperationResult::Interrupted;
-                let rev = store.write(name.as_str(), Some(prev.revision), &prev.data)?;
+                let rev = match store.write(name.as_str(), Some(prev.revision), &prev.data) {
+                    Ok(rev) => rev,
+                    Err(e) if best_effort && e.is_out_of_space() => prev.revision,
+                    Err(e) => return Err(e.into()),
+                };
                 interrupted = Some(prev.data);
                 Some(rev)
             }
@@ -263,14 +291,30 @@ impl<'a> OperationLog<'a> {
             record,
             revision,
             phase_started: Instant::now(),
+            best_effort,
+            unrecorded: false,
         };
         log.save()?;
         Ok((log, interrupted))
     }
 
     fn save(&mut self) -> Result<(), StateError> {
-        self.revision = Some(self.store.write(&self.name, self.revision, &self.record)?);
-        Ok(())
+        match self.store.write(&self.name, self.revision, &self.record) {
+            Ok(rev) => {
+                self.revision = Some(rev);
+                Ok(())
+            }
+            Err(e) if self.best_effort && e.is_out_of_space() => {
+                self.unrecorded = true;
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Whether a best-effort save was skipped because the state disk was full.
+    pub fn unrecorded(&self) -> bool {
+        self.unrecorded
     }
 
     /// Closes the current phase (its time is recorded) and starts `phase`.

@@ -496,7 +496,9 @@ pub fn down<B: Backend>(
     lock_wait: Duration,
 ) -> Result<DownOutcome, LifecycleError> {
     let _guard = stores.lock(name, lock_wait)?;
-    let (mut log, interrupted) = OperationLog::begin(stores, name, OperationKind::Down)?;
+    // Best effort: `down` must work on a full state disk (9.11).
+    let (mut log, interrupted) =
+        OperationLog::begin_best_effort(stores, name, OperationKind::Down)?;
     let result = (|| -> Result<(Health, bool, Freed, CleanOutcome), LifecycleError> {
         log.phase("cleanup")?;
         let cleaned = cleanup_others(stores, backend, Some(name), STOP_GRACE)?;

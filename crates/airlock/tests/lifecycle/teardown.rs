@@ -310,3 +310,107 @@ impl Drop for RemoveOnDrop {
         let _ = std::fs::remove_file(&self.0);
     }
 }
+
+/// A small tmpfs mounted over the test world's state directory; unmounted on drop.
+struct FullableState {
+    mount: std::path::PathBuf,
+}
+
+impl FullableState {
+    fn mount(at: &std::path::Path) -> FullableState {
+        std::fs::create_dir_all(at).unwrap();
+        let out = std::process::Command::new("mount")
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                "size=8m,mode=0700",
+                "airlock-full-test",
+            ])
+            .arg(at)
+            .output()
+            .expect("spawn mount");
+        assert!(out.status.success(), "mount tmpfs: {out:?}");
+        FullableState {
+            mount: at.to_path_buf(),
+        }
+    }
+
+    /// Writes a file until the filesystem has zero free bytes.
+    fn fill(&self) {
+        use std::io::Write;
+        let mut f = std::fs::File::create(self.mount.join("filler")).unwrap();
+        let chunk = vec![0u8; 4096];
+        loop {
+            match f.write(&chunk) {
+                Ok(0) => break,
+                Ok(_) => {}
+                Err(e) => {
+                    assert_eq!(e.raw_os_error(), Some(libc::ENOSPC), "{e}");
+                    break;
+                }
+            }
+        }
+        // Fill the last partial page too.
+        while f.write(&[0u8]).is_ok_and(|n| n == 1) {}
+        let st = rustix::fs::statvfs(&self.mount).unwrap();
+        assert_eq!(st.f_bavail, 0, "the state filesystem still has free blocks");
+    }
+
+    fn make_room(&self) {
+        std::fs::remove_file(self.mount.join("filler")).unwrap();
+    }
+}
+
+impl Drop for FullableState {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.mount)
+            .status();
+    }
+}
+
+/// 9.11: stopping and discarding a sandbox works on a state disk with zero free bytes (the
+/// `down` path writes nothing it cannot do without), and the state works again once space
+/// returns.
+#[test]
+fn down_on_a_full_state_disk_stops_the_sandbox_and_removes_it() {
+    if !airlock_testkit::needs_root("mounting a small tmpfs as the state directory") {
+        return;
+    }
+    let p = Project::new();
+    let state = FullableState::mount(&p.env.state_home());
+    let up = p.up();
+    let name = up["name"].as_str().unwrap().to_owned();
+    let record = p.record(&name).expect("record after up");
+    let keeper = record["keeper"]["pid"].as_u64().unwrap();
+    let guest = record["guest"]["pid"].as_u64().unwrap();
+    let instance = record["epoch"]["instance"].as_str().unwrap().to_owned();
+    // Should an assertion fail, the sandbox must not outlive the test.
+    struct StopKeeper(u64);
+    impl Drop for StopKeeper {
+        fn drop(&mut self) {
+            if alive(self.0) {
+                kill9(self.0);
+            }
+        }
+    }
+    let _stop = StopKeeper(keeper);
+
+    state.fill();
+    let down = p.run(&["down"]);
+    down.assert_code(0);
+    assert!(
+        !alive(keeper) && !alive(guest),
+        "down left the sandbox running"
+    );
+    assert!(cgroup_dirs(&instance).is_empty(), "down left the cgroup");
+    assert!(!p.state_root().join("sandboxes").join(&name).exists());
+    assert!(p.record(&name).is_none(), "down left the record");
+
+    state.make_room();
+    let again = p.up();
+    assert_eq!(again["name"], up["name"]);
+    p.run(&["down"]).assert_code(0);
+}

@@ -101,6 +101,11 @@ impl ProxySupervisor {
         let _ = self.child.kill();
     }
 
+    /// The child's host pid (to move it into the sandbox's cgroup).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Whether the child is still running.
     pub fn is_alive(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))

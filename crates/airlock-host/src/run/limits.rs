@@ -19,15 +19,53 @@ pub type Warn = fn(&str);
 /// The cgroup of one run, or nothing when default limits were skipped.
 pub struct RunCgroup {
     cgroup: Option<(Cgroup, Janitor)>,
+    memory_mb: Option<u64>,
     warn: Warn,
     /// The warning given when default limits were skipped (kept for `up` and `status`).
     skipped: Option<String>,
+}
+
+/// The kernel's OOM killer ended a process of the sandbox (its cgroup's `oom_kill` counter).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OutOfMemory {
+    /// The sandbox's memory limit, when one was set.
+    pub memory_mb: Option<u64>,
+    /// How many processes the OOM killer ended.
+    pub kills: u64,
+}
+
+impl std::fmt::Display for OutOfMemory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.memory_mb {
+            Some(mb) => write!(f, "out of memory (memory_mb = {mb})")?,
+            None => write!(f, "out of memory")?,
+        }
+        write!(
+            f,
+            ": the kernel killed {} process{} in the sandbox; raise memory_mb (config or \
+             --memory-mb) if the command needs more",
+            self.kills,
+            if self.kills == 1 { "" } else { "es" }
+        )
+    }
 }
 
 impl RunCgroup {
     /// Why this sandbox runs without cgroup limits, when it does.
     pub fn skipped_warning(&self) -> Option<&str> {
         self.skipped.as_deref()
+    }
+
+    /// `Some` when the OOM killer ended a process in this cgroup (read before [`destroy`]).
+    ///
+    /// [`destroy`]: RunCgroup::destroy
+    pub fn out_of_memory(&self) -> Option<OutOfMemory> {
+        let (cg, _) = self.cgroup.as_ref()?;
+        let kills = cg.oom_kills().ok()?;
+        (kills > 0).then_some(OutOfMemory {
+            memory_mb: self.memory_mb,
+            kills,
+        })
     }
 
     /// Moves the init stage (host pid) into the cgroup; PID 1 and every sandbox process inherit it.
@@ -87,6 +125,7 @@ pub fn prepare(spec: &SandboxSpec, warn: Warn) -> Result<RunCgroup, HostError> {
                 .map_err(unavailable)?;
             Ok(RunCgroup {
                 cgroup: Some((cg, janitor)),
+                memory_mb: l.memory_mb.map(|m| m.value),
                 warn,
                 skipped: None,
             })
@@ -101,6 +140,7 @@ pub fn prepare(spec: &SandboxSpec, warn: Warn) -> Result<RunCgroup, HostError> {
                 warn(&message);
                 Ok(RunCgroup {
                     cgroup: None,
+                    memory_mb: None,
                     warn,
                     skipped: Some(message),
                 })

@@ -54,10 +54,28 @@ impl EphemeralRun {
         };
         // Runtime directories of runs whose airlock was killed (L9: ownership-checked cleanup).
         airlock_linux::host::sweep_stale(&opts.sandboxes_dir);
-        let egress = start_egress(roots, project_root, spec, warn)?;
-        phases.done("egress");
+        // The cgroup first, so the egress proxy runs inside the sandbox's limits from its
+        // start (9.10: a connection flood from inside costs the sandbox, not the host).
         let mut cgroup = limits::prepare(spec, warn)?;
         phases.done("cgroup");
+        let egress = match start_egress(roots, project_root, spec, warn) {
+            Ok(egress) => egress,
+            Err(e) => {
+                cgroup.destroy();
+                return Err(e);
+            }
+        };
+        if let Some(pid) = egress.pid() {
+            if let Err(e) = cgroup.join(pid) {
+                cgroup.destroy();
+                return Err(HostError::new(
+                    ErrorKind::BackendUnavailable,
+                    "backend.cgroup",
+                    format!("cannot move the egress proxy into the sandbox's cgroup: {e}"),
+                ));
+            }
+        }
+        phases.done("egress");
         let started = Sandbox::start(spec, &opts, &mut |pid| cgroup.join(pid));
         let sandbox = match started {
             Ok(s) => s,
@@ -105,6 +123,11 @@ impl EphemeralRun {
         self.egress.wait_ready()
     }
 
+    /// `Some` when the OOM killer ended a process of the sandbox (or its proxy) so far.
+    pub fn out_of_memory(&self) -> Option<limits::OutOfMemory> {
+        self.cgroup.out_of_memory()
+    }
+
     /// Destroys the sandbox and its cgroup and stops the proxy. CMD is done: the proxy's exit
     /// (a multi-threaded process tearing down) overlaps the sandbox's destruction; it is reaped
     /// and its directory removed last, then the run's state directory is retired (its audit
@@ -148,6 +171,11 @@ impl RunEgress {
             Some(proxy) => proxy.wait_ready().map_err(egress_error),
             None => Ok(()),
         }
+    }
+
+    /// The proxy child's host pid.
+    fn pid(&self) -> Option<u32> {
+        self.proxy.as_ref().map(|p| p.pid())
     }
 
     /// Signals the proxy to end, without waiting (see [`RunEgress::stop`]).

@@ -76,8 +76,18 @@ pub fn run(args: RunArgs, ctx: &Context) -> Result<Report, CommandError> {
         EphemeralRun::start(&roots, project_root, &mut spec, &mut phases, print_warning)?;
     let outcome = exec_in(&mut sandbox, &request, args.cmd.interactive);
     phases.done("guest+exec");
+    // Read before the cgroup goes: an OOM kill explains a lost stream (PID 1 killed) and a
+    // command that died of SIGKILL (9.10).
+    let oom = sandbox.out_of_memory();
     let destroyed = sandbox.finish(&mut phases);
-    let status = outcome?;
+    if let Some(oom) = oom {
+        eprintln!("airlock: {oom}");
+    }
+    let status = match (outcome, oom) {
+        (Ok(status), _) => status,
+        (Err(_), Some(_)) => 137,
+        (Err(e), None) => return Err(e),
+    };
     if let Err(e) = destroyed {
         eprintln!("airlock: warning: {e}");
     }

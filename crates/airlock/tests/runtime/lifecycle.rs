@@ -394,3 +394,71 @@ both! {
         assert_eq!(status.code(), Some(137), "{status:?}");
     }
 }
+
+/// 9.10: a command that fills the sandbox's memory is killed by the OOM killer inside the
+/// sandbox's cgroup, and `run` says so: "out of memory (memory_mb = N)" and exit 137, never
+/// 70 "a bug in airlock". The marker proves the hog started.
+#[test]
+fn a_command_that_fills_memory_is_reported_out_of_memory_with_137() {
+    if !airlock_testkit::needs_root("creating the sandbox's memory cgroup") {
+        return;
+    }
+    let rt = Rt::invoker();
+    let hog = "echo hog-started; python3 -c 'x = bytearray(4 << 30); print(len(x))'";
+    let run = rt.sh(&["--memory-mb", "256"], hog);
+    assert!(run.stdout.starts_with("hog-started"), "{run:?}");
+    assert_eq!(run.code, Some(137), "{run:?}");
+    assert!(
+        run.stderr.contains("out of memory (memory_mb = 256)"),
+        "{}",
+        run.stderr
+    );
+    assert!(!run.stderr.contains("bug in airlock"), "{}", run.stderr);
+}
+
+/// Children of `pid` (every thread's), with their command lines.
+fn children_of(pid: u32) -> Vec<(u32, String)> {
+    let mut out = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+    {
+        let list = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+        for child in list
+            .split_whitespace()
+            .filter_map(|c| c.parse::<u32>().ok())
+        {
+            let cmdline = std::fs::read(format!("/proc/{child}/cmdline")).unwrap_or_default();
+            out.push((child, String::from_utf8_lossy(&cmdline).replace('\0', " ")));
+        }
+    }
+    out
+}
+
+/// 9.10: with cgroups, `run`'s egress proxy lives in the sandbox's cgroup, next to the init
+/// stage and PID 1, so a connection flood from inside costs the sandbox's limits.
+#[test]
+fn the_egress_proxy_runs_in_the_sandbox_cgroup() {
+    if !airlock_testkit::needs_root("creating the sandbox's cgroup") {
+        return;
+    }
+    let rt = Rt::invoker();
+    let mut child = rt.spawn_until_up("echo up; exec sleep 20");
+    let kids = children_of(child.id());
+    let find = |verb: &str| {
+        kids.iter()
+            .find(|(_, cmd)| cmd.contains(verb))
+            .unwrap_or_else(|| panic!("no {verb} child in {kids:?}"))
+            .0
+    };
+    let cgroup_of = |pid: u32| std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+    let (proxy, init) = (find("__proxy"), find("__init"));
+    let (sandbox, proxy) = (cgroup_of(init), cgroup_of(proxy));
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        sandbox.contains("/airlock/"),
+        "init stage not in an airlock cgroup: {sandbox}"
+    );
+    assert_eq!(proxy, sandbox, "the proxy is outside the sandbox's cgroup");
+}

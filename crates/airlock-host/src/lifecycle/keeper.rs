@@ -42,7 +42,7 @@ use rustix::event::{poll, PollFd, PollFlags};
 
 use super::backend::{with_socket_path, EXIT_NOTE, SOCKET, START_WARNINGS};
 use crate::egress::supervisor::ProxySupervisor;
-use crate::error::HostError;
+use crate::error::{ErrorKind, HostError};
 use crate::run::limits::{self, RunCgroup};
 use crate::run::start_error;
 use crate::wire::{
@@ -90,7 +90,7 @@ pub fn main(args: &[OsString]) -> i32 {
     let reported = report_line(&report)
         .and_then(|()| rustix::stdio::dup2_stdout(std::io::stderr()).map_err(Into::into));
     let note = match reported {
-        Ok(()) => serve(&sandbox, &listener, guest_pid, &proxy),
+        Ok(()) => serve(&sandbox, &listener, guest_pid, &proxy, &cgroup),
         Err(e) => {
             eprintln!(
                 "airlock keeper: `up` went away before the sandbox was recorded ({e}); stopping it"
@@ -151,9 +151,19 @@ fn start(state_dir: &Path) -> Result<Started, KeeperReport> {
             format!("{} is not a start request: {e}", path.display()),
         )
     })?;
+    // The cgroup first: the proxy runs inside the sandbox's limits from its start (9.10).
     // The proxy starts while the sandbox does; `Ready` is reported only once it serves.
-    let proxy = start_egress(&req)?;
     let mut cgroup = limits::prepare(&req.spec, keeper_warning).map_err(reported)?;
+    let proxy = match start_egress(&req).and_then(|proxy| {
+        join_proxy(&proxy, &cgroup).map_err(reported)?;
+        Ok(proxy)
+    }) {
+        Ok(proxy) => proxy,
+        Err(report) => {
+            cgroup.destroy();
+            return Err(report);
+        }
+    };
     let opts = StartOptions {
         exe: PathBuf::from("/proc/self/exe"),
         sandboxes_dir: req.runtime_dir.clone(),
@@ -215,6 +225,22 @@ fn start_egress(req: &StartRequest) -> Result<SharedProxy, KeeperReport> {
     Ok(Arc::new(Mutex::new(Some(proxy))))
 }
 
+/// Moves the proxy child (if any) into the sandbox's cgroup.
+fn join_proxy(proxy: &SharedProxy, cgroup: &RunCgroup) -> Result<(), HostError> {
+    let slot = proxy.lock().unwrap_or_else(|p| p.into_inner());
+    match slot.as_ref() {
+        Some(sup) => cgroup.join(sup.pid()).map_err(|e| {
+            HostError::new(
+                ErrorKind::BackendUnavailable,
+                "backend.cgroup",
+                format!("cannot move the egress proxy into the sandbox's cgroup: {e}"),
+            )
+            .with_hint("run `airlock doctor` to see how to delegate cgroups to this user")
+        }),
+        None => Ok(()),
+    }
+}
+
 /// Waits for the proxy started by [`start_egress`] to serve.
 fn proxy_ready(proxy: &SharedProxy) -> Result<(), KeeperReport> {
     let mut slot = proxy.lock().unwrap_or_else(|p| p.into_inner());
@@ -226,8 +252,9 @@ fn proxy_ready(proxy: &SharedProxy) -> Result<(), KeeperReport> {
     }
 }
 
-/// Restarts the proxy child when it died (the sandbox is offline meanwhile: fail closed).
-fn supervise(proxy: &SharedProxy) {
+/// Restarts the proxy child when it died (the sandbox is offline meanwhile: fail closed); the
+/// new child joins the sandbox's cgroup, or is stopped again (and retried) when it cannot.
+fn supervise(proxy: &SharedProxy, cgroup: &RunCgroup) {
     // A reload in progress holds the lock (bounded by the supervisor's answer timeout): never
     // stall the serve loop behind it; the next tick looks again.
     let mut slot = match proxy.try_lock() {
@@ -237,10 +264,19 @@ fn supervise(proxy: &SharedProxy) {
     };
     if let Some(sup) = slot.as_mut() {
         match sup.restart_if_dead() {
-            Ok(true) => eprintln!(
-                "airlock keeper: the egress proxy died; restarted it (restart {})",
-                sup.restarts
-            ),
+            Ok(true) => match cgroup.join(sup.pid()) {
+                Ok(()) => eprintln!(
+                    "airlock keeper: the egress proxy died; restarted it (restart {})",
+                    sup.restarts
+                ),
+                Err(e) => {
+                    eprintln!(
+                        "airlock keeper: the restarted egress proxy cannot join the sandbox's \
+                         cgroup ({e}); stopping it"
+                    );
+                    sup.begin_stop();
+                }
+            },
             Ok(false) => {}
             // Retried every tick; logged on the 1st, 2nd, 4th, 8th… failure in a row.
             Err(e) if sup.failed_restarts.is_power_of_two() => eprintln!(
@@ -308,6 +344,7 @@ fn serve(
     listener: &UnixListener,
     guest_pid: u32,
     proxy: &SharedProxy,
+    cgroup: &RunCgroup,
 ) -> Option<String> {
     let mut mask = SigSet::empty();
     for s in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
@@ -347,8 +384,13 @@ fn serve(
         }
         let ready: Vec<bool> = fds.iter().map(|f| !f.revents().is_empty()).collect();
         if ready[2] {
+            let why = cgroup
+                .out_of_memory()
+                .map(|oom| format!(" ({oom})"))
+                .unwrap_or_default();
             return Some(format!(
-                "the sandbox's PID 1 (host pid {guest_pid}) exited; the keeper stopped the sandbox"
+                "the sandbox's PID 1 (host pid {guest_pid}) exited{why}; the keeper stopped the \
+                 sandbox"
             ));
         }
         if ready[1] {
@@ -358,7 +400,7 @@ fn serve(
         if ready[0] {
             accept_all(listener, &control, key, proxy);
         }
-        supervise(proxy);
+        supervise(proxy, cgroup);
     }
 }
 

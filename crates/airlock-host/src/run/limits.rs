@@ -69,7 +69,7 @@ impl RunCgroup {
     }
 
     /// Moves the init stage (host pid) into the cgroup; PID 1 and every sandbox process inherit it.
-    pub fn join(&mut self, pid: u32) -> Result<(), airlock_linux::cgroup::CgroupError> {
+    pub fn join(&self, pid: u32) -> Result<(), airlock_linux::cgroup::CgroupError> {
         match &self.cgroup {
             Some((cg, _)) => cg.add_pid(pid),
             None => Ok(()),

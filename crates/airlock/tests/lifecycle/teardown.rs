@@ -414,3 +414,44 @@ fn down_on_a_full_state_disk_stops_the_sandbox_and_removes_it() {
     assert_eq!(again["name"], up["name"]);
     p.run(&["down"]).assert_code(0);
 }
+
+/// 9.10: a persistent sandbox's egress proxy (the keeper's child) lives in the sandbox's
+/// cgroup, next to the init stage, so a connection flood from inside costs the sandbox.
+#[test]
+fn the_keepers_egress_proxy_runs_in_the_sandbox_cgroup() {
+    if !airlock_testkit::needs_root("creating the sandbox's cgroup") {
+        return;
+    }
+    let p = Project::new();
+    let up = p.up();
+    let name = up["name"].as_str().unwrap().to_owned();
+    let record = p.record(&name).expect("record after up");
+    let keeper = record["keeper"]["pid"].as_u64().unwrap();
+    let init = record["backend_data"]["init"]["pid"].as_u64().unwrap();
+    let mut proxies = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{keeper}/task"))
+        .unwrap()
+        .flatten()
+    {
+        let list = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+        for child in list.split_whitespace() {
+            let cmdline = std::fs::read(format!("/proc/{child}/cmdline")).unwrap_or_default();
+            if String::from_utf8_lossy(&cmdline).contains("__proxy") {
+                proxies.push(child.to_owned());
+            }
+        }
+    }
+    let cgroup_of = |pid: &str| std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+    let sandbox = cgroup_of(&init.to_string());
+    let proxy = proxies.first().map(|pid| cgroup_of(pid));
+    p.run(&["down"]).assert_code(0);
+    assert!(
+        sandbox.contains("/airlock/"),
+        "init not in an airlock cgroup: {sandbox}"
+    );
+    assert_eq!(
+        proxy.as_deref(),
+        Some(sandbox.as_str()),
+        "the keeper's proxy is outside the sandbox's cgroup"
+    );
+}

@@ -208,6 +208,25 @@ fn writable_layer_bytes(cgroup: &str) -> Option<u64> {
     })
 }
 
+/// How many processes of the sandbox the OOM killer has ended so far (its memory cgroup's
+/// `oom_kill` counter: v2 `memory.events`, v1 `memory.oom_control`); `None` without a memory
+/// cgroup. `exec` compares it before and after a command (9.10).
+pub fn oom_kills(record: &SandboxRecord) -> Option<u64> {
+    cgroup_dirs(&cgroup_name(record))
+        .into_iter()
+        .find_map(|dir| {
+            ["memory.events", "memory.oom_control"]
+                .iter()
+                .find_map(|file| {
+                    let text = fs::read_to_string(dir.join(file)).ok()?;
+                    text.lines().find_map(|line| {
+                        let (k, v) = line.split_once(' ')?;
+                        (k == "oom_kill").then(|| v.trim().parse().ok()).flatten()
+                    })
+                })
+        })
+}
+
 /// The cgroup directories of a sandbox, in every hierarchy this host uses.
 fn cgroup_dirs(name: &str) -> Vec<PathBuf> {
     use airlock_linux::cgroup::{base_dirs, Layout, PARENT_DIR};

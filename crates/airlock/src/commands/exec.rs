@@ -14,7 +14,8 @@ use std::io::{BufRead, BufReader, Write};
 
 use airlock_core::backend::Backend;
 use airlock_core::lifecycle::{self, Health};
-use airlock_host::lifecycle::backend::{with_socket_path, SOCKET};
+use airlock_host::lifecycle::backend::{oom_kills, with_socket_path, SOCKET};
+use airlock_host::run::limits::OutOfMemory;
 use airlock_host::wire::{KeeperAnswer, StartRequest, MODE_DETACHED, START_FILE};
 use airlock_protocol::ExecRequest;
 use clap::Args;
@@ -100,8 +101,26 @@ pub fn run(args: ExecArgs, ctx: &Context) -> Result<Report, CommandError> {
         .connect(&record)
         .map_err(|e| CommandError::from(lifecycle_error(e.into())))?;
     let key = airlock_host::lifecycle::key_of(&channel.key)?;
-    let code =
-        airlock_term::stream::run_stream(channel.stream, &key, &request, args.cmd.interactive)?;
+    let oom_before = oom_kills(&record);
+    let outcome =
+        airlock_term::stream::run_stream(channel.stream, &key, &request, args.cmd.interactive)
+            .map_err(CommandError::from);
+    // An OOM kill during the command explains a lost stream (9.10): 137, not 70.
+    let oom = match (oom_before, oom_kills(&record)) {
+        (Some(before), Some(after)) if after > before => Some(OutOfMemory {
+            memory_mb: record.plan.memory_mb,
+            kills: after - before,
+        }),
+        (Some(_) | None, Some(_) | None) => None,
+    };
+    if let Some(oom) = oom {
+        eprintln!("airlock: {oom}");
+    }
+    let code = match (outcome, oom) {
+        (Ok(code), _) => code,
+        (Err(_), Some(_)) => 137,
+        (Err(e), None) => return Err(e),
+    };
     let mut report = Report::new(Doc::new(), serde_json::Value::Null);
     report.status = Some(u8::try_from(code).unwrap_or(u8::MAX));
     Ok(report)

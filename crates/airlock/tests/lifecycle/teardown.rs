@@ -455,3 +455,26 @@ fn the_keepers_egress_proxy_runs_in_the_sandbox_cgroup() {
         "the keeper's proxy is outside the sandbox's cgroup"
     );
 }
+
+/// 9.10: `exec` of a command that fills a persistent sandbox's memory reports
+/// "out of memory (memory_mb = N)" and 137, never 70 "a bug in airlock".
+#[test]
+fn exec_of_a_command_that_fills_memory_is_reported_out_of_memory_with_137() {
+    if !airlock_testkit::needs_root("creating the sandbox's memory cgroup") {
+        return;
+    }
+    let p = Project::new();
+    p.run(&["up", "--no-attach", "--memory-mb", "256"])
+        .assert_code(0);
+    let hog = "echo hog-started; python3 -c 'x = bytearray(4 << 30); print(len(x))'";
+    let run = p.run(&["exec", "--", "sh", "-c", hog]);
+    p.run(&["down"]).assert_code(0);
+    assert!(run.stdout.starts_with("hog-started"), "{run:?}");
+    assert_eq!(run.code, Some(137), "{run:?}");
+    assert!(
+        run.stderr.contains("out of memory (memory_mb = 256)"),
+        "{}",
+        run.stderr
+    );
+    assert!(!run.stderr.contains("bug in airlock"), "{}", run.stderr);
+}

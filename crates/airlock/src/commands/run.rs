@@ -109,7 +109,9 @@ fn exec_in(
 /// Test hook, debug builds only (release builds never read it): `AIRLOCK_TEST_PAUSE_AT=start`
 /// says so on stderr and sleeps 3 s before the sandbox starts (to press Ctrl+C there).
 fn pause_hook(phase: &str) {
-    if cfg!(debug_assertions) && std::env::var("AIRLOCK_TEST_PAUSE_AT").is_ok_and(|p| p == phase) {
+    if cfg!(debug_assertions)
+        && std::env::var(airlock_config::env_vars::AIRLOCK_TEST_PAUSE_AT).is_ok_and(|p| p == phase)
+    {
         eprintln!("airlock: test hook: pausing at {phase}");
         std::thread::sleep(Duration::from_secs(3));
     }

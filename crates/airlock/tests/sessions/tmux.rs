@@ -17,20 +17,7 @@ const PANE_TERM: &str = "screen";
 /// Whether tmux is installed; fails under `CI` (scripts/test installs it), else says why the
 /// test is skipped.
 pub fn have_tmux() -> bool {
-    let found = Command::new("tmux")
-        .arg("-V")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !found {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "this test drives attach through tmux, which is missing; scripts/test installs it"
-        );
-        eprintln!("skipped: needs tmux (apt-get install tmux)");
-    }
-    found
+    airlock_testkit::needs_tool("tmux")
 }
 
 /// A private tmux server, killed on drop.

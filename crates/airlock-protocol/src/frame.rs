@@ -39,11 +39,19 @@ pub enum FrameKind {
     Stdout = 3,
     /// Bytes the process wrote to its standard error (guest → host); never used in PTY mode.
     Stderr = 4,
+    /// Bytes of a transferred file (sender → receiver, protocol v3; `crate::transfer`).
+    FileData = 8,
 }
 
 impl FrameKind {
     /// Every kind this version knows, in wire order.
-    pub const ALL: [FrameKind; 4] = [Self::Control, Self::Stdin, Self::Stdout, Self::Stderr];
+    pub const ALL: [FrameKind; 5] = [
+        Self::Control,
+        Self::Stdin,
+        Self::Stdout,
+        Self::Stderr,
+        Self::FileData,
+    ];
 
     /// Parses the header's kind byte.
     pub fn from_byte(byte: u8) -> Result<Self, FrameError> {
@@ -52,6 +60,7 @@ impl FrameKind {
             2 => Ok(Self::Stdin),
             3 => Ok(Self::Stdout),
             4 => Ok(Self::Stderr),
+            8 => Ok(Self::FileData),
             kind => Err(FrameError::UnknownKind { kind }),
         }
     }
@@ -63,6 +72,7 @@ impl FrameKind {
             Self::Stdin => "stdin",
             Self::Stdout => "stdout",
             Self::Stderr => "stderr",
+            Self::FileData => "file_data",
         }
     }
 }
@@ -201,6 +211,51 @@ pub fn read_frame(reader: &mut impl Read) -> Result<Option<Frame>, FrameError> {
     Ok(Some(Frame { kind, payload }))
 }
 
+/// Reads one frame into `payload` (reusing its allocation, for bulk data). `Ok(None)` is a
+/// clean end of stream on a frame boundary. Same limits and errors as [`read_frame`].
+pub fn read_frame_into(
+    reader: &mut impl Read,
+    payload: &mut Vec<u8>,
+) -> Result<Option<FrameKind>, FrameError> {
+    let mut header = [0u8; HEADER_LEN];
+    let got = read_full(reader, &mut header)?;
+    if got == 0 {
+        return Ok(None);
+    }
+    if got < HEADER_LEN {
+        return Err(FrameError::Truncated {
+            part: "header",
+            expected: HEADER_LEN - got,
+        });
+    }
+    let (kind, len) = parse_header(&header)?;
+    payload.resize(len, 0);
+    let got = read_full(reader, payload)?;
+    if got < len {
+        return Err(FrameError::Truncated {
+            part: "payload",
+            expected: len - got,
+        });
+    }
+    Ok(Some(kind))
+}
+
+/// The header of a frame of `len` payload bytes, for writers that send the payload from
+/// their own buffer (no copy) and flush when they choose.
+pub fn header(kind: FrameKind, len: usize) -> Result<[u8; HEADER_LEN], FrameError> {
+    let len = u32::try_from(len)
+        .ok()
+        .filter(|&len| len <= MAX_FRAME_LEN)
+        .ok_or(FrameError::Oversized {
+            len: len as u64,
+            max: MAX_FRAME_LEN,
+        })?;
+    let mut out = [0u8; HEADER_LEN];
+    out[0] = kind as u8;
+    out[1..].copy_from_slice(&len.to_be_bytes());
+    Ok(out)
+}
+
 /// Writes one frame with a single `write_all` so concurrent writers holding a lock never
 /// interleave partial frames.
 pub fn write_frame(
@@ -262,7 +317,7 @@ mod tests {
 
     #[test]
     fn unknown_frame_kind_is_refused() {
-        for kind in [0u8, 5, 0xff] {
+        for kind in [0u8, 5, 7, 9, 0xff] {
             let buf = [kind, 0, 0, 0, 0];
             assert!(matches!(
                 read_frame(&mut io::Cursor::new(&buf)),

@@ -10,6 +10,7 @@
 //! - [`client`]: the host side of one exec.
 //! - [`session`], [`session_client`], [`detach_key`]: named persistent sessions (v2): the
 //!   messages, the host side of attach/list/kill/ensure, and the detach key.
+//! - [`transfer`]: file transfer and port forwarding messages (v3).
 //!
 //! This crate knows nothing about backends: it works over any connected Unix stream.
 
@@ -22,6 +23,7 @@ pub mod host;
 pub mod message;
 pub mod session;
 pub mod session_client;
+pub mod transfer;
 pub mod version;
 
 pub use client::{ClientError, ExecClient, ExecController, ExitStatus};
@@ -39,5 +41,9 @@ pub use session::{
 };
 pub use session_client::{
     AttachEnd, Attached, SessionClient, SessionClientError, SessionController,
+};
+pub use transfer::{
+    Entry, EntryError, EntryKind, FileEnd, ForwardRequest, Mtime, PullRequest, PushRequest,
+    TransferSummary,
 };
 pub use version::{negotiate, VersionError, VersionRange, MAX_VERSION, MIN_VERSION};

@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::frame::{self, Frame, FrameError, FrameKind};
 use crate::session::SessionMessage;
+use crate::transfer::{Entry, FileEnd, ForwardRequest, PullRequest, PushRequest, TransferSummary};
 use crate::version::VersionRange;
 
 /// A control message.
@@ -83,6 +84,30 @@ pub enum Message {
     Error(RemoteError),
     /// Sessions (v2): every session request and reply, see [`crate::session`].
     Session(SessionMessage),
+    /// Host → guest: receive a tree and write it (v3, [`crate::transfer`]).
+    Push(PushRequest),
+    /// Host → guest: send a tree (v3).
+    Pull(PullRequest),
+    /// Guest → host: the transfer request is accepted; `target` is where a pushed tree lands
+    /// (the source, for a pull) (v3).
+    TransferReady {
+        /// The resolved path inside the sandbox.
+        target: String,
+    },
+    /// Sender → receiver: one file of the tree (v3).
+    Entry(Entry),
+    /// Sender → receiver: the current regular file is complete (v3).
+    FileEnd(FileEnd),
+    /// Sender → receiver: the current directory is complete (v3).
+    DirEnd,
+    /// Sender → receiver: the tree is complete (v3).
+    TransferEnd(TransferSummary),
+    /// Guest → host: the pushed tree is published at its target (v3).
+    TransferDone(TransferSummary),
+    /// Host → guest: connect to a sandbox loopback port; raw bytes follow (v3).
+    Forward(ForwardRequest),
+    /// Guest → host: the forward is connected; the stream now carries raw bytes (v3).
+    ForwardConnected,
 }
 
 impl Message {
@@ -99,6 +124,16 @@ impl Message {
             | Self::Signaled { .. }
             | Self::Error(_) => 1,
             Self::Session(_) => crate::session::SESSIONS_SINCE,
+            Self::Push(_)
+            | Self::Pull(_)
+            | Self::TransferReady { .. }
+            | Self::Entry(_)
+            | Self::FileEnd(_)
+            | Self::DirEnd
+            | Self::TransferEnd(_)
+            | Self::TransferDone(_)
+            | Self::Forward(_)
+            | Self::ForwardConnected => crate::transfer::TRANSFER_SINCE,
         }
     }
 
@@ -117,6 +152,16 @@ impl Message {
             Self::Signaled { .. } => "signaled",
             Self::Error(_) => "error",
             Self::Session(message) => message.name(),
+            Self::Push(_) => "push",
+            Self::Pull(_) => "pull",
+            Self::TransferReady { .. } => "transfer_ready",
+            Self::Entry(_) => "entry",
+            Self::FileEnd(_) => "file_end",
+            Self::DirEnd => "dir_end",
+            Self::TransferEnd(_) => "transfer_end",
+            Self::TransferDone(_) => "transfer_done",
+            Self::Forward(_) => "forward",
+            Self::ForwardConnected => "forward_connected",
         }
     }
 }
@@ -252,6 +297,18 @@ pub enum ErrorCode {
     UnexpectedMessage,
     /// The guest failed internally.
     Internal,
+    /// A transfer's path does not exist (v3).
+    NotFound,
+    /// A transfer's target exists and `replace` was not asked for (v3).
+    AlreadyExists,
+    /// A transfer's path is refused: a link in it, a bad component, a special file (v3).
+    BadPath,
+    /// Reading or writing a transferred file failed (v3).
+    Io,
+    /// The transferred content does not match its size or hash (v3).
+    Corrupt,
+    /// A forward's port refused the connection (v3).
+    ConnectionRefused,
 }
 
 /// A typed error travelling over the wire.
@@ -286,6 +343,8 @@ pub enum Packet {
     Stdout(Vec<u8>),
     /// Standard error bytes (guest → host).
     Stderr(Vec<u8>),
+    /// Bytes of the file being transferred (sender → receiver, v3).
+    FileData(Vec<u8>),
 }
 
 /// Why a packet could not be read or written.
@@ -313,6 +372,7 @@ impl Packet {
             FrameKind::Stdin => Self::Stdin(frame.payload),
             FrameKind::Stdout => Self::Stdout(frame.payload),
             FrameKind::Stderr => Self::Stderr(frame.payload),
+            FrameKind::FileData => Self::FileData(frame.payload),
         })
     }
 
@@ -323,6 +383,7 @@ impl Packet {
             Self::Stdin(_) => "stdin data",
             Self::Stdout(_) => "stdout data",
             Self::Stderr(_) => "stderr data",
+            Self::FileData(_) => "file data",
         }
     }
 }
@@ -346,6 +407,7 @@ pub fn write_packet(writer: &mut impl Write, packet: &Packet) -> Result<(), Pack
         Packet::Stdin(data) => frame::write_frame(writer, FrameKind::Stdin, data)?,
         Packet::Stdout(data) => frame::write_frame(writer, FrameKind::Stdout, data)?,
         Packet::Stderr(data) => frame::write_frame(writer, FrameKind::Stderr, data)?,
+        Packet::FileData(data) => frame::write_frame(writer, FrameKind::FileData, data)?,
     }
     Ok(())
 }

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 /// The oldest protocol version this build speaks.
 pub const MIN_VERSION: u32 = 1;
 /// The newest protocol version this build speaks.
-pub const MAX_VERSION: u32 = 2;
+pub const MAX_VERSION: u32 = 3;
 
 /// An inclusive range of protocol versions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]

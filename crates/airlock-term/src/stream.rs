@@ -103,7 +103,13 @@ pub fn run_stream(
             | ErrorCode::BadRequest
             | ErrorCode::SpawnFailed
             | ErrorCode::UnexpectedMessage
-            | ErrorCode::Internal => Err(ClientError::Remote(e)),
+            | ErrorCode::Internal
+            | ErrorCode::NotFound
+            | ErrorCode::AlreadyExists
+            | ErrorCode::BadPath
+            | ErrorCode::Io
+            | ErrorCode::Corrupt
+            | ErrorCode::ConnectionRefused => Err(ClientError::Remote(e)),
         },
         // The reader of our output went away (`airlock run -- yes | head`): end quietly, as a
         // shell pipeline member would, with 128 + SIGPIPE.

@@ -2,8 +2,9 @@
 //!
 //! Order of operations on a stream:
 //! 1. handshake (guest side: nonce out, proof in, verified before anything else is read);
-//! 2. exactly one `exec`, or one session request (v2), served by [`crate::session::serve`];
-//!    anything else first is refused with `unexpected_message`;
+//! 2. exactly one `exec`, or one session request (v2), served by [`crate::session::serve`],
+//!    or one `push`, `pull` or `forward` (v3), served by `crate::transfer`; anything else
+//!    first is refused with `unexpected_message`;
 //! 3. the process is spawned through `airlock_linux::sys::process` and registered with the
 //!    reaper under one lock; `started { pid }` is sent;
 //! 4. two activities run until the process ends: this thread reads host input (`stdin`,
@@ -129,6 +130,12 @@ pub fn serve(mut stream: UnixStream, shared: &Shared) {
         }
         Ok(Some(Packet::Control(Message::Session(request)))) => {
             return crate::session::serve(stream, &writer, shared, request)
+        }
+        Ok(Some(Packet::Control(
+            message @ (Message::Push(_) | Message::Pull(_) | Message::Forward(_)),
+        ))) if message.since() <= version => {
+            drop(writer);
+            return crate::transfer::serve(stream, shared, message);
         }
         Ok(None) => return,
         Ok(Some(other)) => {

@@ -15,6 +15,7 @@ pub mod pid1;
 pub mod pty;
 pub mod relay;
 pub mod session;
+pub mod transfer;
 
 pub use options::{GuestOptions, SandboxUser};
 pub use pid1::{run, GuestError};

@@ -110,6 +110,12 @@ fn relay_one(client: TcpStream, socket: &Path) {
         let _ = client.shutdown(Shutdown::Both);
         return;
     };
+    join(client, host);
+}
+
+/// Copies between a TCP connection and a Unix stream, both ways, until both directions are
+/// closed (also used by port forwarding, `crate::forward`).
+pub(crate) fn join(client: TcpStream, host: UnixStream) {
     let _ = client.set_nodelay(true);
     let (Ok(client_rd), Ok(host_wr)) = (client.try_clone(), host.try_clone()) else {
         return;

@@ -98,7 +98,14 @@ fn spawn_refusal(err: RemoteError) -> SessionRefusal {
         | ErrorCode::VersionMismatch
         | ErrorCode::AuthFailed
         | ErrorCode::UnexpectedMessage
-        | ErrorCode::Internal => SessionErrorCode::Internal,
+        | ErrorCode::Internal
+        // Transfer and forward codes (v3) never answer a spawn.
+        | ErrorCode::NotFound
+        | ErrorCode::AlreadyExists
+        | ErrorCode::BadPath
+        | ErrorCode::Io
+        | ErrorCode::Corrupt
+        | ErrorCode::ConnectionRefused => SessionErrorCode::Internal,
     };
     refusal(code, err.message)
 }

@@ -8,7 +8,9 @@
 
 use std::os::unix::net::UnixStream;
 
-use airlock_protocol::{host_handshake, Key, Message, PullRequest, PushRequest, TransferSummary, VersionRange};
+use airlock_protocol::{
+    host_handshake, Key, Message, PullRequest, PushRequest, TransferSummary, VersionRange,
+};
 
 use crate::error::TransferError;
 use crate::progress::Progress;
@@ -65,7 +67,9 @@ pub fn push(
     if let Err(err) = send_tree(wire, source, progress) {
         // The guest may have given up first (its disk is full…): its reason is the better one.
         if matches!(err, TransferError::Stream(_)) {
-            if let Err(remote @ TransferError::Remote(_)) = wire.recv_message("after a failed write") {
+            if let Err(remote @ TransferError::Remote(_)) =
+                wire.recv_message("after a failed write")
+            {
                 return Err(remote);
             }
         }

@@ -126,7 +126,10 @@ impl TransferError {
         RemoteError::new(self.code(), self.to_string())
     }
 
-    pub(crate) fn io<'a>(op: &'static str, path: &'a str) -> impl FnOnce(rustix::io::Errno) -> Self + 'a {
+    pub(crate) fn io<'a>(
+        op: &'static str,
+        path: &'a str,
+    ) -> impl FnOnce(rustix::io::Errno) -> Self + 'a {
         move |errno| Self::Io {
             op,
             path: path.to_owned(),

@@ -74,7 +74,10 @@ impl CheckedPath {
             .components()
             .filter_map(|c| match c {
                 Component::Normal(name) => Some(name),
-                Component::RootDir | Component::CurDir | Component::ParentDir | Component::Prefix(_) => None,
+                Component::RootDir
+                | Component::CurDir
+                | Component::ParentDir
+                | Component::Prefix(_) => None,
             })
             .collect()
     }
@@ -172,9 +175,18 @@ mod tests {
     #[test]
     fn sandbox_paths_must_be_absolute_and_free_of_dotdot() {
         assert!(matches!(sandbox_path(""), Err(PathError::Empty { .. })));
-        assert!(matches!(sandbox_path("tmp/x"), Err(PathError::Relative { .. })));
-        assert!(matches!(sandbox_path("/tmp/../etc"), Err(PathError::DotDot { .. })));
-        assert!(matches!(sandbox_path("/a\0b"), Err(PathError::Encoding { .. })));
+        assert!(matches!(
+            sandbox_path("tmp/x"),
+            Err(PathError::Relative { .. })
+        ));
+        assert!(matches!(
+            sandbox_path("/tmp/../etc"),
+            Err(PathError::DotDot { .. })
+        ));
+        assert!(matches!(
+            sandbox_path("/a\0b"),
+            Err(PathError::Encoding { .. })
+        ));
         let ok = sandbox_path("/home//u/./x/").unwrap();
         assert_eq!(ok.as_path(), Path::new("/home/u/x"));
         assert_eq!(ok.components(), ["home", "u", "x"]);
@@ -182,12 +194,21 @@ mod tests {
 
     #[test]
     fn proc_sys_and_dev_are_refused_on_both_sides() {
-        for raw in ["/proc", "/proc/self/root", "/sys/kernel", "/dev/sda", "/dev/../dev/x"] {
+        for raw in [
+            "/proc",
+            "/proc/self/root",
+            "/sys/kernel",
+            "/dev/sda",
+            "/dev/../dev/x",
+        ] {
             let host = host_path(OsStr::new(raw), Path::new("/"));
             assert!(matches!(host, Err(PathError::Forbidden { .. })), "{raw}");
         }
         for raw in ["/proc/1/environ", "/sys", "/dev/shm/x"] {
-            assert!(matches!(sandbox_path(raw), Err(PathError::Forbidden { .. })), "{raw}");
+            assert!(
+                matches!(sandbox_path(raw), Err(PathError::Forbidden { .. })),
+                "{raw}"
+            );
         }
         // A name that only starts like one of them is fine.
         assert!(host_path(OsStr::new("/devices"), Path::new("/")).is_ok());
@@ -201,7 +222,10 @@ mod tests {
         let p = host_path(OsStr::new("../out/./x"), Path::new("/home/u/proj")).unwrap();
         assert_eq!(p.as_path(), Path::new("/home/u/out/x"));
         assert_eq!(p.file_name().unwrap(), "x");
-        assert!(matches!(host_path(OsStr::new(""), Path::new("/")), Err(PathError::Empty { .. })));
+        assert!(matches!(
+            host_path(OsStr::new(""), Path::new("/")),
+            Err(PathError::Empty { .. })
+        ));
         let root = host_path(OsStr::new("/.."), Path::new("/")).unwrap();
         assert!(root.is_root());
         assert!(matches!(root.file_name(), Err(PathError::Root)));

@@ -27,9 +27,8 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use airlock_protocol::transfer::{MAX_DEPTH, MODE_MASK};
 use airlock_protocol::{Entry, EntryKind, FileEnd, Message, Mtime, TransferSummary};
 use rustix::fs::{
-    fchmod, fstat, futimens, mkdirat, openat, openat2, renameat_with, statat, symlinkat,
-    utimensat, AtFlags, Mode, OFlags, RenameFlags, ResolveFlags, Timespec, Timestamps,
-    UTIME_OMIT,
+    fchmod, fstat, futimens, mkdirat, openat, openat2, renameat_with, statat, symlinkat, utimensat,
+    AtFlags, Mode, OFlags, RenameFlags, ResolveFlags, Timespec, Timestamps, UTIME_OMIT,
 };
 use rustix::io::Errno;
 use sha2::{Digest, Sha256};
@@ -220,7 +219,11 @@ impl Receiver<'_> {
                 let fd = openat(
                     dir,
                     name,
-                    OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                    OFlags::WRONLY
+                        | OFlags::CREATE
+                        | OFlags::EXCL
+                        | OFlags::NOFOLLOW
+                        | OFlags::CLOEXEC,
                     Mode::from_raw_mode(0o600),
                 )
                 .map_err(TransferError::io("create", path))?;
@@ -251,8 +254,13 @@ impl Receiver<'_> {
             EntryKind::Symlink => {
                 let target = entry.target.as_deref().unwrap_or_default();
                 symlinkat(target, dir, name).map_err(TransferError::io("create link", path))?;
-                utimensat(dir, name, &timestamps(entry.mtime), AtFlags::SYMLINK_NOFOLLOW)
-                    .map_err(TransferError::io("set the time of", path))?;
+                utimensat(
+                    dir,
+                    name,
+                    &timestamps(entry.mtime),
+                    AtFlags::SYMLINK_NOFOLLOW,
+                )
+                .map_err(TransferError::io("set the time of", path))?;
                 let stat = statat(dir, name, AtFlags::SYMLINK_NOFOLLOW)
                     .map_err(TransferError::io("stat", path))?;
                 self.summary.symlinks += 1;

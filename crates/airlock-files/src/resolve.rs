@@ -187,9 +187,7 @@ impl Resolver {
     pub fn source(&self, path: &CheckedPath) -> Result<Source, ResolveError> {
         let components = path.components();
         let Some((last, parents)) = components.split_last() else {
-            return Err(ResolveError::NotDirectory {
-                path: "/".into(),
-            });
+            return Err(ResolveError::NotDirectory { path: "/".into() });
         };
         let (parent, canonical) = self.open_dir(parents)?;
         let shown = canonical.join(last);

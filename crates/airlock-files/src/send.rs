@@ -95,7 +95,10 @@ pub fn send_tree(
             continue;
         }
         let name = utf8(raw, &sender.trail)?;
-        let dir_fd = level.dir.fd().map_err(TransferError::io("read directory", "."))?;
+        let dir_fd = level
+            .dir
+            .fd()
+            .map_err(TransferError::io("read directory", "."))?;
         let hint = Some(item.file_type());
         if let Some(child) = sender.entry(dir_fd, &name, hint, false)? {
             if stack.len() >= MAX_DEPTH {
@@ -144,7 +147,10 @@ impl Sender<'_> {
         let special = |t| {
             matches!(
                 t,
-                FileType::CharacterDevice | FileType::BlockDevice | FileType::Fifo | FileType::Socket
+                FileType::CharacterDevice
+                    | FileType::BlockDevice
+                    | FileType::Fifo
+                    | FileType::Socket
             )
         };
         if hint.is_some_and(special) {
@@ -192,15 +198,19 @@ impl Sender<'_> {
         Ok(None)
     }
 
-    fn symlink(&mut self, dir: BorrowedFd<'_>, name: &str, path: &str) -> Result<(), TransferError> {
+    fn symlink(
+        &mut self,
+        dir: BorrowedFd<'_>,
+        name: &str,
+        path: &str,
+    ) -> Result<(), TransferError> {
         let stat = statat(dir, name, AtFlags::SYMLINK_NOFOLLOW)
             .map_err(TransferError::io("stat", path))?;
-        let target = readlinkat(dir, name, Vec::new()).map_err(TransferError::io("read link", path))?;
-        let target = target
-            .into_string()
-            .map_err(|_| TransferError::NotUtf8 {
-                path: path.to_owned(),
-            })?;
+        let target =
+            readlinkat(dir, name, Vec::new()).map_err(TransferError::io("read link", path))?;
+        let target = target.into_string().map_err(|_| TransferError::NotUtf8 {
+            path: path.to_owned(),
+        })?;
         self.wire.send(&Message::Entry(Entry {
             name: name.to_owned(),
             kind: EntryKind::Symlink,

@@ -5,7 +5,9 @@
 //! ([`Resolver::strict`]); errors travel back as typed wire errors.
 
 use airlock_protocol::transfer::check_name;
-use airlock_protocol::{ErrorCode, Message, PullRequest, PushRequest, RemoteError, TransferSummary};
+use airlock_protocol::{
+    ErrorCode, Message, PullRequest, PushRequest, RemoteError, TransferSummary,
+};
 
 use crate::error::TransferError;
 use crate::path::{sandbox_path, PathError};
@@ -57,7 +59,10 @@ fn reported<T>(wire: &mut Wire, result: Result<T, TransferError>) -> Result<T, T
 }
 
 /// Receives a pushed tree and publishes it; answers `transfer_done`.
-pub fn serve_push(wire: &mut Wire, request: &PushRequest) -> Result<TransferSummary, TransferError> {
+pub fn serve_push(
+    wire: &mut Wire,
+    request: &PushRequest,
+) -> Result<TransferSummary, TransferError> {
     let result = (|| {
         let path = sandbox_path(&request.dest).map_err(|e| path_error(&e))?;
         check_name(&request.source_name).map_err(|e| {
@@ -79,7 +84,10 @@ pub fn serve_push(wire: &mut Wire, request: &PushRequest) -> Result<TransferSumm
 }
 
 /// Sends the tree a pull names.
-pub fn serve_pull(wire: &mut Wire, request: &PullRequest) -> Result<TransferSummary, TransferError> {
+pub fn serve_pull(
+    wire: &mut Wire,
+    request: &PullRequest,
+) -> Result<TransferSummary, TransferError> {
     let result = (|| {
         let path = sandbox_path(&request.source).map_err(|e| path_error(&e))?;
         if path.is_root() {

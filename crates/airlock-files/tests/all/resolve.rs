@@ -18,7 +18,7 @@ fn a_link_planted_inside_a_workspace_is_not_followed() {
     fs::create_dir_all(&ws).unwrap();
     fs::create_dir_all(&secret).unwrap();
     symlink(&secret, ws.join("out")).unwrap();
-    let resolver = Resolver::host(&[ws.clone()]);
+    let resolver = Resolver::host(std::slice::from_ref(&ws));
     // As a parent component: refused.
     let err = resolver
         .target(&checked(&ws.join("out/new")), "x", false)
@@ -75,7 +75,7 @@ fn a_host_link_that_leads_into_a_workspace_stops_following_there() {
     // host link (followed) → ws/a (a directory), ws/a/b is a planted link (not followed).
     symlink(ws.join("a"), tmp.path().join("shortcut")).unwrap();
     symlink(&secret, ws.join("a/b")).unwrap();
-    let resolver = Resolver::host(&[ws.clone()]);
+    let resolver = Resolver::host(std::slice::from_ref(&ws));
     let ok = resolver
         .target(&checked(&tmp.path().join("shortcut/new")), "x", false)
         .unwrap();

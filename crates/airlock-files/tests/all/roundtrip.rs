@@ -200,7 +200,7 @@ fn fifos_are_skipped_and_counted_not_opened() {
     fs::create_dir(&src).unwrap();
     rustix::fs::mknodat(
         rustix::fs::CWD,
-        &src.join("pipe"),
+        src.join("pipe"),
         rustix::fs::FileType::Fifo,
         rustix::fs::Mode::from_raw_mode(0o644),
         0,

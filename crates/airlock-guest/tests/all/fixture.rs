@@ -14,6 +14,7 @@ use airlock_protocol::{
 
 const ENV_KEY: &str = "AIRLOCK_TEST_GUEST_KEY";
 const ENV_ROOT: &str = "AIRLOCK_TEST_GUEST_ROOT_ALLOWED";
+const ENV_SANDBOX_ID: &str = "AIRLOCK_TEST_GUEST_SANDBOX_ID";
 
 pub fn is_root() -> bool {
     rustix::process::geteuid().is_root()
@@ -30,7 +31,10 @@ fn guest_server_entry() {
         .as_fd()
         .try_clone_to_owned()
         .expect("dup control socket");
-    let (uid, gid, home) = if is_root() {
+    let (uid, gid, home) = if let Ok(id) = std::env::var(ENV_SANDBOX_ID) {
+        let id: u32 = id.parse().expect("sandbox id");
+        (id, id, "/".to_string())
+    } else if is_root() {
         (65534, 65534, "/".to_string())
     } else {
         let uid = rustix::process::getuid().as_raw();
@@ -86,6 +90,16 @@ impl Guest {
     }
 
     pub fn start_with(root_allowed: bool) -> Self {
+        Self::spawn(root_allowed, None)
+    }
+
+    /// A guest whose sandbox user has the same id as the guest itself (as PID 1 of an
+    /// unprivileged single-id map: a non-zero uid that still holds capabilities).
+    pub fn start_with_sandbox_id(id: u32) -> Self {
+        Self::spawn(false, Some(id))
+    }
+
+    fn spawn(root_allowed: bool, sandbox_id: Option<u32>) -> Self {
         let key = Key::generate().unwrap();
         let (host, guest) = control_socketpair().unwrap();
         let mut command = Command::new(std::env::current_exe().unwrap());
@@ -103,6 +117,9 @@ impl Guest {
             .stdout(Stdio::null());
         if root_allowed {
             command.env(ENV_ROOT, "1");
+        }
+        if let Some(id) = sandbox_id {
+            command.env(ENV_SANDBOX_ID, id.to_string());
         }
         let child = command.spawn().unwrap();
         Guest {

@@ -6,3 +6,4 @@ mod fixture;
 mod lifecycle;
 mod protocol;
 mod sessions;
+mod transfer;

@@ -242,7 +242,14 @@ mod tests {
         for bad in ["", ".", "..", "a/b", "/", "../x", "a\0b", &"x".repeat(256)] {
             assert!(check_name(bad).is_err(), "{bad:?}");
         }
-        for good in ["a", "...", "a b", "new\nline", "\u{1b}[31mred", &"x".repeat(255)] {
+        for good in [
+            "a",
+            "...",
+            "a b",
+            "new\nline",
+            "\u{1b}[31mred",
+            &"x".repeat(255),
+        ] {
             assert_eq!(check_name(good), Ok(()), "{good:?}");
         }
     }

@@ -7,6 +7,7 @@
 //!   the [`airlock_linux::spec::SandboxSpec`] built from the effective configuration.
 //! - [`egress`]: the egress proxy of a sandbox — materialized files, the supervised proxy child,
 //!   live reload of a running sandbox's policy.
+//! - [`files`]: the host side of `push`/`pull` (readiness, writable directories, the stream).
 //! - [`config`]: the effective configuration as the host loads it (trust read-only).
 //! - [`project`]: the active project of a working directory.
 //! - [`provision`]: provisioning on every `up`, the package cache, `[[tool]]` and `[env]`.
@@ -23,6 +24,7 @@ pub mod agents;
 pub mod config;
 pub mod egress;
 pub mod error;
+pub mod files;
 pub mod hidden;
 mod lib_errors;
 pub mod lifecycle;

@@ -72,10 +72,17 @@ impl From<ClientError> for CommandError {
                 ErrorCode::CommandNotFound
                 | ErrorCode::PermissionDenied
                 | ErrorCode::SpawnFailed => (ErrorKind::Failed, "run.spawn"),
+                // Transfer and forward codes (v3) never answer an exec.
                 ErrorCode::VersionMismatch
                 | ErrorCode::AuthFailed
                 | ErrorCode::UnexpectedMessage
-                | ErrorCode::Internal => (ErrorKind::Internal, "run.guest"),
+                | ErrorCode::Internal
+                | ErrorCode::NotFound
+                | ErrorCode::AlreadyExists
+                | ErrorCode::BadPath
+                | ErrorCode::Io
+                | ErrorCode::Corrupt
+                | ErrorCode::ConnectionRefused => (ErrorKind::Internal, "run.guest"),
             },
             ClientError::Request(_) => (ErrorKind::Usage, "run.bad_request"),
             ClientError::Handshake(_)

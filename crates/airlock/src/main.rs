@@ -21,6 +21,7 @@ mod man_pages;
 mod output;
 mod session_view;
 mod status_json;
+mod transfer_view;
 
 use std::ffi::OsString;
 use std::io;

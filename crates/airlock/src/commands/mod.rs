@@ -22,6 +22,8 @@ pub mod init;
 pub mod ls;
 pub mod plan;
 pub mod policy;
+pub mod pull;
+pub mod push;
 pub mod run;
 pub mod secret;
 pub mod sessions;
@@ -48,6 +50,10 @@ pub enum Command {
     Sessions(sessions::SessionsArgs),
     /// Run one command in the ready sandbox
     Exec(exec::ExecArgs),
+    /// Copy a host file or directory into the ready sandbox
+    Push(push::PushArgs),
+    /// Copy a file or directory out of the ready sandbox
+    Pull(pull::PullArgs),
     /// Health of the project's sandbox and of its latest operation; exit 0 only when ready
     Status(status::StatusArgs),
     /// List every sandbox of this user
@@ -83,6 +89,8 @@ pub fn run(command: Command, ctx: &Context) -> Result<Report, CommandError> {
         Command::Attach(args) => attach::run(args, ctx),
         Command::Sessions(args) => sessions::run(args, ctx),
         Command::Exec(args) => exec::run(args, ctx),
+        Command::Push(args) => push::run(args, ctx),
+        Command::Pull(args) => pull::run(args, ctx),
         Command::Status(args) => status::run(args, ctx),
         Command::Ls(args) => ls::run(args, ctx),
         Command::Down(args) => down::run(args, ctx),

@@ -20,8 +20,8 @@ use airlock_files::{ResolveError, TransferError, Wire};
 use airlock_protocol::ErrorCode;
 
 use crate::error::{ErrorKind, HostError};
-use crate::wire::{StartRequest, START_FILE};
 use crate::lifecycle::{key_of, lifecycle_error, Host};
+use crate::wire::{StartRequest, START_FILE};
 
 /// The record of `name` when it is ready; else exit 1 with the next action.
 pub fn ready(

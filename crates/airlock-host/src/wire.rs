@@ -14,10 +14,13 @@ pub use airlock_protocol::host::{
     KeeperReport, ProxyAnswer, ProxyStart, StartFailure, HOST_VERSION, MODE_DETACHED, MODE_RELOAD,
     MODE_STREAM, PROXY_RELOAD,
 };
+pub use airlock_protocol::host::{Forward, PortsReply, PortsRequest, MODE_PORTS};
 
 /// The hidden verb of the keeper.
 pub const KEEPER_VERB: &str = "__keeper";
 pub use crate::paths::START_FILE;
+/// The keeper's table of published ports ([`Forward`]s, JSON), in the sandbox's state directory.
+pub const PORTS_FILE: &str = "ports.json";
 /// The hidden verb of the proxy child.
 pub const PROXY_VERB: &str = "__proxy";
 

@@ -9,7 +9,8 @@
 //!   sandbox's state directory before the keeper is spawned.
 //! - The keeper's one-line report on its stdout ([`KeeperReport`]): ready, or why not.
 //! - The first byte a client of a keeper's control socket sends ([`MODE_STREAM`],
-//!   [`MODE_DETACHED`], [`MODE_RELOAD`]).
+//!   [`MODE_DETACHED`], [`MODE_RELOAD`], [`MODE_PORTS`]); the ports requests and answers
+//!   ([`PortsRequest`], [`PortsReply`]).
 //! - The proxy child (`airlock __proxy`): its start request, the first line of its stdin
 //!   ([`ProxyStart`]), then `reload` lines ([`PROXY_RELOAD`]); each answered by one JSON line
 //!   ([`ProxyAnswer`]).
@@ -34,6 +35,9 @@ pub const MODE_RELOAD: u8 = b'R';
 
 /// The line an owner sends a proxy child to have it reload policy and secrets.
 pub const PROXY_RELOAD: &str = "reload";
+/// First byte a client sends: one JSON [`PortsRequest`] line follows; the keeper answers one
+/// JSON [`PortsReply`] line (published ports, `airlock ports`).
+pub const MODE_PORTS: u8 = b'P';
 
 /// A message whose version is not [`HOST_VERSION`] (or that carries none: an airlock from
 /// before versioning).
@@ -181,6 +185,53 @@ pub enum ProxyAnswer {
     Ok,
     /// The start or the reload failed (after a failed reload the previous policy stays).
     Error { message: String },
+}
+
+/// One published port.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Forward {
+    /// Port on the host's `127.0.0.1`.
+    pub host: u16,
+    /// Port on the sandbox's `127.0.0.1`.
+    pub guest: u16,
+}
+
+/// A request to the keeper.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum PortsRequest {
+    /// Listen on `127.0.0.1:host` (0: any free port) and forward to `guest`.
+    Publish {
+        /// Host port.
+        host: u16,
+        /// Sandbox port.
+        guest: u16,
+    },
+    /// Stop forwarding `host`.
+    Unpublish {
+        /// Host port.
+        host: u16,
+    },
+    /// Only list.
+    List,
+}
+
+/// The keeper's answer: the table after the request, or why it failed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum PortsReply {
+    /// Done; every published port.
+    Ok {
+        /// The table.
+        forwards: Vec<Forward>,
+    },
+    /// Refused.
+    Error {
+        /// Stable kind (`in_use`, `not_published`, `already_published`, `io`).
+        kind: String,
+        /// One sentence.
+        message: String,
+    },
 }
 
 #[cfg(test)]

@@ -13,7 +13,9 @@
 //!    exits (an exit note says so, for `status`). Each client must have this uid (peer
 //!    credentials); its first byte picks the mode: `S` hands the connection itself to PID 1 over
 //!    the control socket (the guest then runs the HMAC handshake with the client, who read the
-//!    per-epoch key from the 0600 file), `D` runs one request detached, owned by the keeper.
+//!    per-epoch key from the 0600 file), `D` runs one request detached, owned by the keeper,
+//!    `P` publishes, unpublishes or lists forwarded ports (`super::ports`: loopback
+//!    listeners owned by the keeper, closed when it stops).
 //! 5. Teardown: remove the socket, destroy the sandbox (bounded), destroy the cgroup, stop
 //!    the egress proxy.
 //!
@@ -41,13 +43,14 @@ use nix::sys::signalfd::{SfdFlags, SignalFd};
 use rustix::event::{poll, PollFd, PollFlags};
 
 use super::backend::{with_socket_path, EXIT_NOTE, SOCKET, START_WARNINGS};
+use super::ports::Forwards;
 use crate::egress::supervisor::ProxySupervisor;
 use crate::error::{ErrorKind, HostError};
 use crate::run::limits::{self, RunCgroup};
 use crate::run::start_error;
 use crate::wire::{
-    KeeperAnswer, KeeperOutcome, KeeperReport, StartRequest, MODE_DETACHED, MODE_RELOAD,
-    MODE_STREAM, START_FILE,
+    KeeperAnswer, KeeperOutcome, KeeperReport, StartRequest, MODE_DETACHED, MODE_PORTS,
+    MODE_RELOAD, MODE_STREAM, START_FILE,
 };
 
 /// How long a client has to send its mode byte (and request) before it is dropped.
@@ -90,7 +93,7 @@ pub fn main(args: &[OsString]) -> i32 {
     let reported = report_line(&report)
         .and_then(|()| rustix::stdio::dup2_stdout(std::io::stderr()).map_err(Into::into));
     let note = match reported {
-        Ok(()) => serve(&sandbox, &listener, guest_pid, &proxy, &cgroup),
+        Ok(()) => serve(&sandbox, &listener, guest_pid, &proxy, &cgroup, &state_dir),
         Err(e) => {
             eprintln!(
                 "airlock keeper: `up` went away before the sandbox was recorded ({e}); stopping it"
@@ -345,6 +348,7 @@ fn serve(
     guest_pid: u32,
     proxy: &SharedProxy,
     cgroup: &RunCgroup,
+    state_dir: &Path,
 ) -> Option<String> {
     let mut mask = SigSet::empty();
     for s in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
@@ -367,6 +371,14 @@ fn serve(
         Some(Err(_)) | None => return Some("the sandbox's control channel is closed".into()),
     };
     let key = *sandbox.key();
+    // Published ports live exactly as long as this loop: dropping the table closes them.
+    let forwards = Arc::new(Forwards::new(Arc::clone(&control), key, state_dir));
+    let clients = Clients {
+        control,
+        key,
+        proxy: Arc::clone(proxy),
+        forwards,
+    };
     loop {
         let mut fds = [
             PollFd::new(listener, PollFlags::IN),
@@ -398,13 +410,21 @@ fn serve(
             return None;
         }
         if ready[0] {
-            accept_all(listener, &control, key, proxy);
+            accept_all(listener, &clients);
         }
         supervise(proxy, cgroup);
     }
 }
 
-fn accept_all(listener: &UnixListener, control: &Arc<OwnedFd>, key: [u8; 32], proxy: &SharedProxy) {
+/// What a client connection may use.
+struct Clients {
+    control: Arc<OwnedFd>,
+    key: [u8; 32],
+    proxy: SharedProxy,
+    forwards: Arc<Forwards>,
+}
+
+fn accept_all(listener: &UnixListener, clients: &Clients) {
     loop {
         let conn = match listener.accept() {
             Ok((conn, _)) => conn,
@@ -417,10 +437,12 @@ fn accept_all(listener: &UnixListener, control: &Arc<OwnedFd>, key: [u8; 32], pr
                 return;
             }
         };
-        let control = Arc::clone(control);
-        let proxy = Arc::clone(proxy);
+        let control = Arc::clone(&clients.control);
+        let proxy = Arc::clone(&clients.proxy);
+        let forwards = Arc::clone(&clients.forwards);
+        let key = clients.key;
         std::thread::spawn(move || {
-            if let Err(e) = serve_client(conn, &control, key, &proxy) {
+            if let Err(e) = serve_client(conn, &control, key, &proxy, &forwards) {
                 eprintln!("airlock keeper: client dropped: {e}");
             }
         });
@@ -432,6 +454,7 @@ fn serve_client(
     control: &OwnedFd,
     key: [u8; 32],
     proxy: &SharedProxy,
+    forwards: &Forwards,
 ) -> std::io::Result<()> {
     conn.set_nonblocking(false)?;
     let peer = rustix::net::sockopt::socket_peercred(&conn)?;
@@ -452,6 +475,7 @@ fn serve_client(
         }
         MODE_DETACHED => run_detached(conn, control, key),
         MODE_RELOAD => reload(conn, proxy),
+        MODE_PORTS => forwards.serve_request(conn),
         other => Err(std::io::Error::other(format!(
             "unknown mode byte {other:#04x}"
         ))),

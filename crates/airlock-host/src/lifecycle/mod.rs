@@ -6,6 +6,7 @@
 pub mod backend;
 pub mod compare;
 pub mod keeper;
+pub mod ports;
 pub mod runs;
 
 use std::time::Duration;

@@ -36,8 +36,9 @@ fn strip_descriptions(value: &mut serde_json::Value) {
 /// and the JSON schema of each message. The start request's `spec` is the backend's own type.
 fn current_host_snapshot() -> String {
     use airlock_protocol::host::{
-        KeeperAnswer, KeeperReport, ProxyAnswer, ProxyStart, StartRequest, HOST_VERSION,
-        MODE_DETACHED, MODE_RELOAD, MODE_STREAM, PROXY_RELOAD,
+        KeeperAnswer, KeeperReport, PortsReply, PortsRequest, ProxyAnswer, ProxyStart,
+        StartRequest, HOST_VERSION, MODE_DETACHED, MODE_PORTS, MODE_RELOAD, MODE_STREAM,
+        PROXY_RELOAD,
     };
     let mut doc = serde_json::json!({
         "version": HOST_VERSION,
@@ -45,6 +46,7 @@ fn current_host_snapshot() -> String {
             "stream": (MODE_STREAM as char).to_string(),
             "detached": (MODE_DETACHED as char).to_string(),
             "reload": (MODE_RELOAD as char).to_string(),
+            "ports": (MODE_PORTS as char).to_string(),
         },
         "proxy_requests": [PROXY_RELOAD],
         "start_request": schemars::schema_for!(StartRequest<serde_json::Value>),
@@ -52,6 +54,8 @@ fn current_host_snapshot() -> String {
         "keeper_answer": schemars::schema_for!(KeeperAnswer),
         "proxy_start": schemars::schema_for!(ProxyStart),
         "proxy_answer": schemars::schema_for!(ProxyAnswer),
+        "ports_request": schemars::schema_for!(PortsRequest),
+        "ports_reply": schemars::schema_for!(PortsReply),
     });
     strip_descriptions(&mut doc);
     serde_json::to_string_pretty(&doc).expect("schema serializes") + "\n"

@@ -22,6 +22,7 @@ pub mod init;
 pub mod ls;
 pub mod plan;
 pub mod policy;
+pub mod ports;
 pub mod pull;
 pub mod push;
 pub mod run;
@@ -54,6 +55,8 @@ pub enum Command {
     Push(push::PushArgs),
     /// Copy a file or directory out of the ready sandbox
     Pull(pull::PullArgs),
+    /// Forward host loopback ports into the ready sandbox; list the forwards
+    Ports(ports::PortsArgs),
     /// Health of the project's sandbox and of its latest operation; exit 0 only when ready
     Status(status::StatusArgs),
     /// List every sandbox of this user
@@ -91,6 +94,7 @@ pub fn run(command: Command, ctx: &Context) -> Result<Report, CommandError> {
         Command::Exec(args) => exec::run(args, ctx),
         Command::Push(args) => push::run(args, ctx),
         Command::Pull(args) => pull::run(args, ctx),
+        Command::Ports(args) => ports::run(args, ctx),
         Command::Status(args) => status::run(args, ctx),
         Command::Ls(args) => ls::run(args, ctx),
         Command::Down(args) => down::run(args, ctx),

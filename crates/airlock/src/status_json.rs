@@ -32,7 +32,19 @@ pub fn to_json(r: &StatusReport) -> serde_json::Value {
             "timings": op.timings,
             "pid": op.process.pid,
         })),
+        "ports": crate::commands::ports::json(&published(r)),
         "warnings": r.warnings,
         "next": r.next,
     })
+}
+
+/// The ports a ready sandbox's keeper has published (none unless ready: a dead keeper's table
+/// is stale).
+pub fn published(r: &StatusReport) -> Vec<airlock_host::wire::Forward> {
+    match (&r.record, r.health) {
+        (Some(rec), airlock_core::lifecycle::Health::Ready) => {
+            airlock_host::lifecycle::ports::read_published(&rec.paths.state_dir)
+        }
+        _ => Vec::new(),
+    }
 }

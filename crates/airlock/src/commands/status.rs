@@ -122,6 +122,17 @@ fn render(r: &StatusReport, sessions: &Option<Result<Vec<SessionInfo>, CommandEr
             );
         }
     }
+    let ports = crate::status_json::published(r);
+    if !ports.is_empty() {
+        doc.heading("Ports");
+        for f in &ports {
+            doc.field(
+                1,
+                &format!("127.0.0.1:{}", f.host),
+                &format!("sandbox port {}", f.guest),
+            );
+        }
+    }
     if let Some(op) = &r.operation {
         doc.heading("Operation");
         doc.field(1, "kind", op.kind.as_str());

@@ -66,7 +66,7 @@ pub fn push(
     let sandbox_path = ready(wire)?;
     if let Err(err) = send_tree(wire, source, progress) {
         // The guest may have given up first (its disk is full…): its reason is the better one.
-        if matches!(err, TransferError::Stream(_)) {
+        if matches!(err, TransferError::Stream(_) | TransferError::Closed) {
             if let Err(remote @ TransferError::Remote(_)) =
                 wire.recv_message("after a failed write")
             {

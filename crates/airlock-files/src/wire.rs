@@ -33,11 +33,18 @@ pub struct Wire {
     payload: Vec<u8>,
 }
 
+/// A peer that went away (killed, or closed with our bytes unread) is [`TransferError::Closed`],
+/// not a protocol fault.
 fn write_error(source: std::io::Error) -> TransferError {
-    TransferError::Stream(PacketError::Frame(FrameError::Io {
-        op: "write",
-        source,
-    }))
+    match source.kind() {
+        std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset => {
+            TransferError::Closed
+        }
+        _ => TransferError::Stream(PacketError::Frame(FrameError::Io {
+            op: "write",
+            source,
+        })),
+    }
 }
 
 impl Wire {
@@ -79,12 +86,14 @@ impl Wire {
     pub fn recv(&mut self, when: &'static str) -> Result<Incoming<'_>, TransferError> {
         match frame::read_frame_into(&mut self.reader, &mut self.payload) {
             Ok(None) => Err(TransferError::Closed),
-            // A peer that closed with our bytes unread resets the stream: it is gone.
+            // A peer that closed with our bytes unread resets the stream, and one that died
+            // mid-frame truncates it: either way it is gone.
             Err(FrameError::Io { source, .. })
                 if source.kind() == std::io::ErrorKind::ConnectionReset =>
             {
                 Err(TransferError::Closed)
             }
+            Err(FrameError::Truncated { .. }) => Err(TransferError::Closed),
             Err(err) => Err(PacketError::Frame(err).into()),
             Ok(Some(FrameKind::Control)) => serde_json::from_slice(&self.payload)
                 .map(Incoming::Message)

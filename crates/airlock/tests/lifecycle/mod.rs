@@ -4,6 +4,7 @@
 //! leaks a sandbox. No assertion depends on wall-clock speed: waits are bounded polls.
 
 mod crash;
+mod files;
 mod interrupt;
 mod names;
 mod provision;

@@ -7,6 +7,7 @@ mod crash;
 mod files;
 mod interrupt;
 mod names;
+mod ports;
 mod provision;
 mod reuse;
 mod teardown;

@@ -32,7 +32,7 @@ pub fn to_json(r: &StatusReport) -> serde_json::Value {
             "timings": op.timings,
             "pid": op.process.pid,
         })),
-        "ports": crate::commands::ports::json(&published(r)),
+        "ports": ports_json(&published(r)),
         "warnings": r.warnings,
         "next": r.next,
     })
@@ -47,4 +47,18 @@ pub fn published(r: &StatusReport) -> Vec<airlock_host::wire::Forward> {
         }
         _ => Vec::new(),
     }
+}
+
+/// Published ports as JSON objects (`status`, `ls`, `ports`).
+pub fn ports_json(forwards: &[airlock_host::lifecycle::ports::Forward]) -> serde_json::Value {
+    forwards
+        .iter()
+        .map(|f| {
+            serde_json::json!({
+                "host": f.host,
+                "guest": f.guest,
+                "address": format!("127.0.0.1:{}", f.host),
+            })
+        })
+        .collect()
 }

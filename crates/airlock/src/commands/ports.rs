@@ -15,6 +15,7 @@ use super::Report;
 use crate::context::{resolve_name, setup, Context};
 use crate::error::CommandError;
 use crate::output::{Doc, Style};
+use crate::status_json::ports_json;
 
 #[derive(Args, Debug)]
 pub struct PortsArgs {
@@ -65,22 +66,8 @@ pub fn run(args: PortsArgs, ctx: &Context) -> Result<Report, CommandError> {
     }
     Ok(Report::new(
         render(name.as_str(), &forwards),
-        serde_json::json!({ "sandbox": name.as_str(), "ports": json(&forwards) }),
+        serde_json::json!({ "sandbox": name.as_str(), "ports": ports_json(&forwards) }),
     ))
-}
-
-/// The forwards as JSON objects (also used by `status`).
-pub fn json(forwards: &[Forward]) -> serde_json::Value {
-    forwards
-        .iter()
-        .map(|f| {
-            serde_json::json!({
-                "host": f.host,
-                "guest": f.guest,
-                "address": format!("127.0.0.1:{}", f.host),
-            })
-        })
-        .collect()
 }
 
 fn render(name: &str, forwards: &[Forward]) -> Doc {

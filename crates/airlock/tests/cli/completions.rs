@@ -75,7 +75,7 @@ fn bash_completes_verbs_and_policy_subcommands() {
         assert!(out.status.success(), "{out:?}");
         String::from_utf8(out.stdout).unwrap()
     };
-    let verbs = complete("airlock po");
+    let verbs = complete("airlock pol");
     assert_eq!(verbs.lines().collect::<Vec<_>>(), ["policy"], "{verbs}");
     let subs = complete("airlock policy ''");
     for sub in ["ls", "allow", "deny", "check", "log"] {

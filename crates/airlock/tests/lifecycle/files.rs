@@ -286,3 +286,36 @@ fn a_one_gigabyte_file_round_trips_byte_for_byte() {
     fs::remove_file(&src).unwrap();
     fs::remove_file(&back).unwrap();
 }
+
+#[test]
+fn ctrl_c_during_a_pull_publishes_nothing_and_exits_130() {
+    let p = Project::new();
+    p.up();
+    sh(&p, "head -c 400000000 /dev/zero > /tmp/big");
+    let out = p.env.dir("out");
+    let child = p
+        .command(&["pull", "/tmp/big", out.to_str().unwrap()])
+        .spawn()
+        .unwrap();
+    let staged_seen = wait_until(Duration::from_secs(20), || !staged(&out).is_empty());
+    let sent = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    let run: crate::common::Run = child.wait_with_output().unwrap().into();
+    assert!(
+        staged_seen,
+        "the pull never staged anything: {}",
+        run.stderr
+    );
+    run.assert_code(130);
+    assert!(
+        run.stderr.contains("nothing was published"),
+        "{}",
+        run.stderr
+    );
+    assert!(fs::read_dir(&out).unwrap().next().is_none());
+    // The sandbox is unharmed.
+    assert_eq!(p.health(), "ready");
+}

@@ -163,7 +163,7 @@ impl Receiver<'_> {
             });
         };
         let display = root.name.clone();
-        let (root_stat, first_level) = self.create(parent, stage, &root, &display)?;
+        let (root_stat, first_level) = self.create(parent, stage, &root, &display, true)?;
         let Some(level) = first_level else {
             return Ok(root_stat);
         };
@@ -174,7 +174,9 @@ impl Receiver<'_> {
             match self.next_entry("inside a directory")? {
                 Some(entry) => {
                     let path = self.path(&entry.name);
-                    if let (_, Some(level)) = self.create(parent, &entry.name, &entry, &path)? {
+                    if let (_, Some(level)) =
+                        self.create(parent, &entry.name, &entry, &path, false)?
+                    {
                         if stack.len() >= MAX_DEPTH {
                             return Err(TransferError::TooDeep {
                                 path,
@@ -200,14 +202,19 @@ impl Receiver<'_> {
     }
 
     /// Creates one entry named `name` in `dir`; a directory is returned open, to be filled.
+    /// The identity (device, inode) is taken for the `root` only (one `fstat` per file saved).
     fn create(
         &mut self,
         dir: BorrowedFd<'_>,
         name: &str,
         entry: &Entry,
         path: &str,
+        root: bool,
     ) -> Result<(Root, Option<Level>), TransferError> {
         let identity = |fd: BorrowedFd<'_>| -> Result<Root, TransferError> {
+            if !root {
+                return Ok(Root { dev: 0, ino: 0 });
+            }
             let stat = fstat(fd).map_err(TransferError::io("stat", path))?;
             Ok(Root {
                 dev: stat.st_dev,
@@ -261,9 +268,12 @@ impl Receiver<'_> {
                     AtFlags::SYMLINK_NOFOLLOW,
                 )
                 .map_err(TransferError::io("set the time of", path))?;
+                self.summary.symlinks += 1;
+                if !root {
+                    return Ok((Root { dev: 0, ino: 0 }, None));
+                }
                 let stat = statat(dir, name, AtFlags::SYMLINK_NOFOLLOW)
                     .map_err(TransferError::io("stat", path))?;
-                self.summary.symlinks += 1;
                 Ok((
                     Root {
                         dev: stat.st_dev,

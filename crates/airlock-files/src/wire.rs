@@ -5,7 +5,7 @@
 //! 60,000 system calls. Reads reuse one payload buffer whatever the file size: memory stays
 //! bounded by the frame limit (`airlock_protocol::MAX_FRAME_LEN`).
 
-use std::io::{BufReader, BufWriter, Write};
+use std::io::{BufRead, BufReader, BufWriter, Read, Write};
 use std::os::unix::net::UnixStream;
 
 use airlock_protocol::frame::{self, FrameError, FrameKind};
@@ -13,8 +13,10 @@ use airlock_protocol::{Message, PacketError};
 
 use crate::error::TransferError;
 
-/// Size of the read and write buffers.
-const BUFFER: usize = 512 * 1024;
+/// Size of the read and write buffers. Equal to the data chunk, so a full `file_data` payload
+/// is written straight from the sender's buffer and read straight into the receiver's, without
+/// passing through these buffers (control messages and headers still coalesce).
+const BUFFER: usize = airlock_protocol::transfer::DATA_CHUNK;
 
 /// What one frame carried.
 #[derive(Debug)]
@@ -84,7 +86,7 @@ impl Wire {
     /// Reads the next frame. A clean end of stream is [`TransferError::Closed`]; frames that are
     /// not control or file data are refused.
     pub fn recv(&mut self, when: &'static str) -> Result<Incoming<'_>, TransferError> {
-        match frame::read_frame_into(&mut self.reader, &mut self.payload) {
+        match read_frame(&mut self.reader, &mut self.payload) {
             Ok(None) => Err(TransferError::Closed),
             // A peer that closed with our bytes unread resets the stream, and one that died
             // mid-frame truncates it: either way it is gone.
@@ -135,4 +137,50 @@ impl Wire {
     pub fn stream(&self) -> &UnixStream {
         self.reader.get_ref()
     }
+}
+
+/// Reads one frame into `payload`: the header and whatever is already buffered come from the
+/// buffer, the rest of a large payload straight from the socket (one copy less per byte).
+fn read_frame(
+    reader: &mut BufReader<UnixStream>,
+    payload: &mut Vec<u8>,
+) -> Result<Option<FrameKind>, FrameError> {
+    let io = |source: std::io::Error| FrameError::Io { op: "read", source };
+    let mut header = [0u8; frame::HEADER_LEN];
+    let mut got = 0;
+    while got < header.len() {
+        match reader.read(&mut header[got..]) {
+            Ok(0) if got == 0 => return Ok(None),
+            Ok(0) => {
+                return Err(FrameError::Truncated {
+                    part: "header",
+                    expected: header.len() - got,
+                })
+            }
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(io(e)),
+        }
+    }
+    let (kind, len) = frame::parse_header(&header)?;
+    payload.resize(len, 0);
+    let buffered = reader.buffer();
+    let take = buffered.len().min(len);
+    payload[..take].copy_from_slice(&buffered[..take]);
+    reader.consume(take);
+    let mut filled = take;
+    while filled < len {
+        match reader.get_mut().read(&mut payload[filled..]) {
+            Ok(0) => {
+                return Err(FrameError::Truncated {
+                    part: "payload",
+                    expected: len - filled,
+                })
+            }
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(io(e)),
+        }
+    }
+    Ok(Some(kind))
 }

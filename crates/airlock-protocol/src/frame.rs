@@ -121,8 +121,8 @@ pub enum FrameError {
     },
 }
 
-/// Parses the header, refusing unknown kinds and oversized lengths.
-fn parse_header(header: &[u8; HEADER_LEN]) -> Result<(FrameKind, usize), FrameError> {
+/// Parses the header, refusing unknown kinds and oversized lengths (before any payload is read).
+pub fn parse_header(header: &[u8; HEADER_LEN]) -> Result<(FrameKind, usize), FrameError> {
     let kind = FrameKind::from_byte(header[0])?;
     let len = u32::from_be_bytes([header[1], header[2], header[3], header[4]]);
     if len > MAX_FRAME_LEN {
@@ -209,35 +209,6 @@ pub fn read_frame(reader: &mut impl Read) -> Result<Option<Frame>, FrameError> {
         });
     }
     Ok(Some(Frame { kind, payload }))
-}
-
-/// Reads one frame into `payload` (reusing its allocation, for bulk data). `Ok(None)` is a
-/// clean end of stream on a frame boundary. Same limits and errors as [`read_frame`].
-pub fn read_frame_into(
-    reader: &mut impl Read,
-    payload: &mut Vec<u8>,
-) -> Result<Option<FrameKind>, FrameError> {
-    let mut header = [0u8; HEADER_LEN];
-    let got = read_full(reader, &mut header)?;
-    if got == 0 {
-        return Ok(None);
-    }
-    if got < HEADER_LEN {
-        return Err(FrameError::Truncated {
-            part: "header",
-            expected: HEADER_LEN - got,
-        });
-    }
-    let (kind, len) = parse_header(&header)?;
-    payload.resize(len, 0);
-    let got = read_full(reader, payload)?;
-    if got < len {
-        return Err(FrameError::Truncated {
-            part: "payload",
-            expected: len - got,
-        });
-    }
-    Ok(Some(kind))
 }
 
 /// The header of a frame of `len` payload bytes, for writers that send the payload from

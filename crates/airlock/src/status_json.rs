@@ -50,7 +50,7 @@ pub fn published(r: &StatusReport) -> Vec<airlock_host::wire::Forward> {
 }
 
 /// Published ports as JSON objects (`status`, `ls`, `ports`).
-pub fn ports_json(forwards: &[airlock_host::lifecycle::ports::Forward]) -> serde_json::Value {
+pub fn ports_json(forwards: &[airlock_host::wire::Forward]) -> serde_json::Value {
     forwards
         .iter()
         .map(|f| {

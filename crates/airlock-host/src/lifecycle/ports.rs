@@ -13,7 +13,7 @@
 //! - the table is mirrored to `ports.json` in the sandbox's state directory (written
 //!   atomically) for `status`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsFd, OwnedFd};
@@ -78,7 +78,7 @@ struct Running {
     guest: u16,
     listener: Arc<TcpListener>,
     stop: Arc<AtomicBool>,
-    conns: Arc<Mutex<Vec<TcpStream>>>,
+    conns: Conns,
     accept: Option<JoinHandle<()>>,
 }
 
@@ -91,7 +91,7 @@ impl Running {
             let _ = accept.join();
         }
         let conns = std::mem::take(&mut *lock(&self.conns));
-        for conn in conns {
+        for conn in conns.into_values() {
             let _ = conn.shutdown(Shutdown::Both);
         }
     }
@@ -155,7 +155,7 @@ impl Forwards {
             .port();
         let listener = Arc::new(listener);
         let stop = Arc::new(AtomicBool::new(false));
-        let conns = Arc::new(Mutex::new(Vec::new()));
+        let conns = Conns::default();
         let accept = {
             let (listener, stop, conns) =
                 (Arc::clone(&listener), Arc::clone(&stop), Arc::clone(&conns));
@@ -257,14 +257,22 @@ pub fn read_published(state_dir: &Path) -> Vec<Forward> {
         .unwrap_or_default()
 }
 
+/// Connections a listener accepted that are still open, by serial number (closed on
+/// unpublish; each removes itself when it ends, so none is held longer than it lives).
+type Conns = Arc<Mutex<HashMap<u64, TcpStream>>>;
+
+/// Connections forwarded at once per published port; more are closed at once.
+pub const MAX_CONNECTIONS: usize = 512;
+
 fn accept_loop(
     listener: &TcpListener,
     stop: &AtomicBool,
-    conns: &Arc<Mutex<Vec<TcpStream>>>,
+    conns: &Conns,
     control: &Arc<OwnedFd>,
     key: [u8; 32],
     guest: u16,
 ) {
+    let mut serial = 0u64;
     loop {
         let accepted = listener.accept();
         if stop.load(Ordering::SeqCst) {
@@ -275,13 +283,24 @@ fn accept_loop(
             thread::sleep(std::time::Duration::from_millis(50));
             continue;
         };
-        if let Ok(clone) = tcp.try_clone() {
-            let mut live = lock(conns);
-            live.retain(|c| c.peer_addr().is_ok());
-            live.push(clone);
+        serial += 1;
+        {
+            let mut live = lock(conns.as_ref());
+            let Ok(clone) = tcp.try_clone() else { continue };
+            if live.len() >= MAX_CONNECTIONS {
+                continue; // dropping `tcp` closes it
+            }
+            live.insert(serial, clone);
         }
-        let control = Arc::clone(control);
-        let _ = thread::Builder::new().spawn(move || forward_one(tcp, &control, key, guest));
+        let (control, mine) = (Arc::clone(control), Arc::clone(conns));
+        let id = serial;
+        let spawned = thread::Builder::new().spawn(move || {
+            forward_one(tcp, &control, key, guest);
+            lock(&mine).remove(&id);
+        });
+        if spawned.is_err() {
+            lock(conns.as_ref()).remove(&id);
+        }
     }
 }
 

@@ -319,3 +319,43 @@ fn ctrl_c_during_a_pull_publishes_nothing_and_exits_130() {
     // The sandbox is unharmed.
     assert_eq!(p.health(), "ready");
 }
+
+#[test]
+fn an_unprivileged_user_pushes_and_pulls_with_the_sandbox_users_rights_only() {
+    use std::os::unix::fs::MetadataExt;
+    let Some((uid, _)) = crate::common::test_user() else {
+        return crate::common::skip_without_test_user();
+    };
+    let p = Project::new();
+    let as_user = |args: &[&str]| p.env.run_as_test_user_in(&p.dir, args).expect("test user");
+    struct Down<'a>(&'a Project);
+    impl Drop for Down<'_> {
+        fn drop(&mut self) {
+            let _ = self.0.env.run_as_test_user_in(&self.0.dir, &["down"]);
+        }
+    }
+    let _down = Down(&p);
+    let src = p.env.dir("data");
+    fs::write(src.join("f"), "from the host").unwrap();
+    as_user(&["up", "--no-attach"]).assert_code(0);
+    // Into the workspace: written by the sandbox user, owned by the invoker on the host.
+    let dest = format!("{}/in", p.dir.display());
+    as_user(&["push", src.to_str().unwrap(), &dest]).assert_code(0);
+    assert_eq!(fs::metadata(p.dir.join("in/f")).unwrap().uid(), uid);
+    // A file the sandbox user made unreadable stays unreadable, whatever PID 1 may do.
+    as_user(&[
+        "exec",
+        "--",
+        "sh",
+        "-c",
+        "printf x > /tmp/locked && chmod 000 /tmp/locked",
+    ])
+    .assert_code(0);
+    let out = p.env.dir("out");
+    let run = as_user(&["pull", "/tmp/locked", out.to_str().unwrap()]);
+    run.assert_code(1);
+    assert!(run.stderr.contains("ermission denied"), "{}", run.stderr);
+    as_user(&["exec", "--", "chmod", "600", "/tmp/locked"]).assert_code(0);
+    as_user(&["pull", "/tmp/locked", out.to_str().unwrap()]).assert_code(0);
+    assert_eq!(fs::metadata(out.join("locked")).unwrap().uid(), uid);
+}

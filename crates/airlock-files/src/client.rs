@@ -1,6 +1,6 @@
 //! The host's end of a transfer stream: push a host tree in, pull a sandbox tree out.
 //!
-//! Order of operations: [`connect`] authenticates the stream (protocol version 2 or later);
+//! Order of operations: [`connect`] authenticates the stream (protocol version 3 or later);
 //! the host sends `push` or `pull`; the guest answers `transfer_ready` (or an error, before any
 //! byte moves); then the tree flows; a push ends with the guest's `transfer_done` once it
 //! published the tree, a pull once the host published it. A failure on either side removes
@@ -19,7 +19,7 @@ use crate::send::{send_tree, Source};
 use crate::wire::Wire;
 
 /// The first protocol version with file transfer.
-pub const TRANSFER_VERSION: u32 = 2;
+pub const TRANSFER_VERSION: u32 = airlock_protocol::transfer::TRANSFER_SINCE;
 
 /// What a finished transfer did.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,4 +1,4 @@
-//! Serving file transfer and port forwarding streams (protocol v2).
+//! Serving file transfer and port forwarding streams (protocol v3).
 //!
 //! A transfer runs on the stream's own thread after that thread — and only that thread — took
 //! the sandbox user's identity: `setgroups`, `setresgid`, `setresuid` and an empty capability

@@ -6,7 +6,7 @@
 //!    (writable workspaces and mounts). The host path the user typed is resolved following
 //!    links only outside them (`airlock_files::Resolver::host`).
 //! 3. [`open_transfer`]: a new stream through the keeper to PID 1, authenticated with the
-//!    epoch key, at protocol version 2 or later.
+//!    epoch key, at protocol version 3 or later.
 //! 4. The transfer itself (`airlock_files::push` / `pull`), then [`transfer_error`] classifies a
 //!    failure. Every message can carry names the sandbox chose: the binary escapes them.
 

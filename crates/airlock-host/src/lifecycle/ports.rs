@@ -324,7 +324,7 @@ fn open_forward(control: &OwnedFd, key: [u8; 32], port: u16) -> std::io::Result<
         airlock_protocol::open_stream(control.as_fd()).map_err(std::io::Error::other)?;
     let version = host_handshake(&mut stream, &Key::from_bytes(key), VersionRange::CURRENT)
         .map_err(std::io::Error::other)?;
-    if version < 2 {
+    if version < airlock_protocol::transfer::TRANSFER_SINCE {
         return Err(std::io::Error::other("the guest predates port forwarding"));
     }
     write_message(&mut stream, Message::Forward(ForwardRequest { port }))

@@ -95,7 +95,7 @@ fn host_git_config(home: &Path, key: &str) -> Option<String> {
     let out = Command::new("git")
         .args(["config", "--global", "--get", key])
         .current_dir(home)
-        .env("HOME", home)
+        .env(airlock_config::env_vars::HOME, home)
         .env("GIT_CEILING_DIRECTORIES", home)
         .output()
         .ok()?;

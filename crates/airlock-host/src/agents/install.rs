@@ -234,7 +234,10 @@ fn run_installer(
             crate::egress::CA_BUNDLE
         );
         let env = BTreeMap::from([
-            ("NODE_EXTRA_CA_CERTS".to_owned(), bundle.clone()),
+            (
+                airlock_config::env_vars::NODE_EXTRA_CA_CERTS.to_owned(),
+                bundle.clone(),
+            ),
             ("npm_config_cafile".to_owned(), bundle),
         ]);
         let request = ExecRequest {

@@ -142,30 +142,24 @@ fn data_of(record: &SandboxRecord) -> LinuxData {
     serde_json::from_value(record.backend_data.clone()).unwrap_or_default()
 }
 
-/// Waits until `id` is no longer the live process, at most `limit`. Returns whether it is gone.
-fn wait_gone(id: &ProcessIdentity, limit: Duration) -> bool {
-    let deadline = Instant::now() + limit;
-    loop {
-        if check_process(id) != Liveness::Ours {
-            return true;
-        }
-        if Instant::now() >= deadline {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
+/// A pidfd of `id`, opened first and only then proven to be the recorded process (pid, start
+/// time, command line), so neither a signal nor a wait through it can reach a recycled pid.
+fn proven_pidfd(id: &ProcessIdentity) -> Option<std::os::fd::OwnedFd> {
+    let fd = airlock_linux::pidfd::open(id.pid as i32)?;
+    (check_process(id) == Liveness::Ours).then_some(fd)
 }
 
-/// Sends `signal` to `id` only after proving it is still the recorded process (through a
-/// pidfd opened first, so the pid cannot be recycled between proof and signal).
-fn signal_proven(id: &ProcessIdentity, signal: rustix::process::Signal) -> bool {
-    let Some(fd) = airlock_linux::pidfd::open(id.pid as i32) else {
-        return false;
-    };
-    if check_process(id) != Liveness::Ours {
-        return false;
-    }
-    rustix::process::pidfd_send_signal(&fd, signal).is_ok()
+/// Sends `signal` through a proven pidfd and waits at most `limit` for the process to exit.
+/// The wait is on the pidfd, which turns readable only once the process has exited: its
+/// identity cannot be used for that, because an exiting process's command line reads empty
+/// while it is still releasing its resources, so "no longer provably ours" came too early.
+fn signal_and_wait(
+    fd: &std::os::fd::OwnedFd,
+    signal: rustix::process::Signal,
+    limit: Duration,
+) -> bool {
+    let _ = rustix::process::pidfd_send_signal(fd, signal);
+    airlock_linux::pidfd::wait_exit(fd, limit)
 }
 
 /// The identity of a just-spawned process. Right after `execve` the kernel has installed the
@@ -339,19 +333,11 @@ impl Backend for LinuxBackend {
         use rustix::process::Signal;
         let mut report = StopReport::default();
         let data = data_of(record);
-        if let Some(keeper) = &record.keeper {
-            match check_process(keeper) {
-                Liveness::Ours => {
-                    signal_proven(keeper, Signal::TERM);
-                    if !wait_gone(keeper, grace) {
-                        signal_proven(keeper, Signal::KILL);
-                        report.killed = true;
-                        wait_gone(keeper, Duration::from_secs(5));
-                    }
-                }
-                // A reused pid belongs to someone else now: our keeper is gone, and that
-                // process is not ours to signal.
-                Liveness::Gone | Liveness::Reused => {}
+        if let Some(fd) = record.keeper.as_ref().and_then(proven_pidfd) {
+            // A keeper that is gone, or whose pid now belongs to someone else, is not signalled.
+            if !signal_and_wait(&fd, Signal::TERM, grace) {
+                report.killed = true;
+                signal_and_wait(&fd, Signal::KILL, Duration::from_secs(5));
             }
         }
         // The PDEATHSIG chain takes the init stage and PID 1 down with the keeper; should either
@@ -360,14 +346,13 @@ impl Backend for LinuxBackend {
             .into_iter()
             .flatten()
         {
-            if check_process(id) == Liveness::Ours {
-                signal_proven(id, Signal::KILL);
+            if let Some(fd) = proven_pidfd(id) {
                 report.killed = true;
-            }
-            if !wait_gone(id, Duration::from_secs(5)) {
-                report
-                    .unmanaged
-                    .push(format!("pid {} did not exit after SIGKILL", id.pid));
+                if !signal_and_wait(&fd, Signal::KILL, Duration::from_secs(5)) {
+                    report
+                        .unmanaged
+                        .push(format!("pid {} did not exit after SIGKILL", id.pid));
+                }
             }
         }
         // The keeper's janitor removes the cgroup once the keeper is gone; wait for it (bounded).

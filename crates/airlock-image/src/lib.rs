@@ -1,0 +1,27 @@
+//! airlock-image: local images for sandboxes (PRODUCT I2).
+//!
+//! - [`store`]: `$XDG_DATA_HOME/airlock/images/` — published images, staging, removal.
+//! - [`import`]: `image import` / `image rm` from start to end.
+//! - [`unpack`], [`source`], [`outer`]: reading plain rootfs, `docker save` and OCI layout
+//!   archives, with every digest checked.
+//! - [`extract`], [`tree`], [`entry_path`]: extraction beneath the image root that refuses
+//!   hostile entries and never follows a link.
+//! - [`helper`]: the same executable re-run inside a user namespace for unprivileged imports.
+//!
+//! This crate knows nothing of sandboxes: whether an image is in use is the caller's question.
+#![deny(unsafe_code)]
+
+pub mod entry_path;
+pub mod extract;
+pub mod helper;
+pub mod import;
+pub mod name;
+pub mod outer;
+pub mod source;
+pub mod store;
+pub mod tree;
+pub mod unpack;
+
+pub use import::{import, remove, ImportError, ImportRequest, Runner};
+pub use name::ImageName;
+pub use store::{ImageInfo, Ownership, Store, StoreError};

@@ -217,7 +217,10 @@ impl Extractor {
             reason,
         })?;
         let kind = e.header().entry_type();
-        if matches!(kind, T::XGlobalHeader | T::XHeader | T::GNULongName | T::GNULongLink) {
+        if matches!(
+            kind,
+            T::XGlobalHeader | T::XHeader | T::GNULongName | T::GNULongLink
+        ) {
             return Ok(());
         }
         self.stats.entries += 1;
@@ -270,7 +273,11 @@ impl Extractor {
         Ok(())
     }
 
-    fn meta<R: Read>(&mut self, e: &tar::Entry<'_, R>, rel: &RelPath) -> Result<Meta, ExtractError> {
+    fn meta<R: Read>(
+        &mut self,
+        e: &tar::Entry<'_, R>,
+        rel: &RelPath,
+    ) -> Result<Meta, ExtractError> {
         let h = e.header();
         let bad = |source: io::Error| ExtractError::Read {
             layer: self.layer.clone(),
@@ -321,7 +328,7 @@ impl Extractor {
                 rustix::fs::openat2(
                     dir,
                     comp.as_slice(),
-                    OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+                    OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
                     Mode::empty(),
                     BENEATH,
                 )
@@ -417,12 +424,13 @@ impl Extractor {
                     limit: self.opts.caps.max_bytes,
                 });
             }
-            file.write_all(&buf[..n]).map_err(|source| ExtractError::Fs {
-                layer: self.layer.clone(),
-                entry: rel.display(),
-                op: "write",
-                source,
-            })?;
+            file.write_all(&buf[..n])
+                .map_err(|source| ExtractError::Fs {
+                    layer: self.layer.clone(),
+                    entry: rel.display(),
+                    op: "write",
+                    source,
+                })?;
         }
         self.set_meta(&OwnedFd::from(file), rel, meta)
     }
@@ -434,7 +442,10 @@ impl Extractor {
         rel: &RelPath,
         e: &tar::Entry<'_, R>,
     ) -> Result<(), ExtractError> {
-        let raw = e.link_name_bytes().map(|t| t.into_owned()).unwrap_or_default();
+        let raw = e
+            .link_name_bytes()
+            .map(|t| t.into_owned())
+            .unwrap_or_default();
         let shown = crate::entry_path::escape_controls(&String::from_utf8_lossy(&raw));
         let refuse = |reason| ExtractError::BadHardLink {
             layer: self.layer.clone(),
@@ -515,10 +526,13 @@ impl Extractor {
             tv_sec: i64::try_from(meta.mtime).unwrap_or(0),
             tv_nsec: 0,
         };
-        rustix::fs::futimens(fd, &Timestamps {
-            last_access: t,
-            last_modification: t,
-        })
+        rustix::fs::futimens(
+            fd,
+            &Timestamps {
+                last_access: t,
+                last_modification: t,
+            },
+        )
         .map_err(|e| self.fs_err(rel, "set the times of", e))
     }
 
@@ -533,8 +547,14 @@ impl Extractor {
             return Ok(());
         }
         let (uid, gid) = ids(meta);
-        rustix::fs::chownat(parent, name, Some(uid), Some(gid), AtFlags::SYMLINK_NOFOLLOW)
-            .map_err(|e| self.fs_err(rel, "set the owner of", e))
+        rustix::fs::chownat(
+            parent,
+            name,
+            Some(uid),
+            Some(gid),
+            AtFlags::SYMLINK_NOFOLLOW,
+        )
+        .map_err(|e| self.fs_err(rel, "set the owner of", e))
     }
 
     fn resolve_err(&self, rel: &RelPath, at: &RelPath, e: Errno) -> ExtractError {

@@ -40,7 +40,9 @@ pub enum HelperError {
 pub enum Job {
     Unpack(UnpackJob),
     /// Delete a directory of the store and everything in it (never following a link).
-    Remove { path: PathBuf },
+    Remove {
+        path: PathBuf,
+    },
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -111,8 +113,14 @@ fn converse(
     job: &Job,
 ) -> Result<Reply, HelperError> {
     let proto = |stage: &'static str, detail: String| HelperError::Protocol { stage, detail };
-    let mut stdin = child.stdin.take().ok_or_else(|| proto("start", "no stdin".into()))?;
-    let stdout = child.stdout.take().ok_or_else(|| proto("start", "no stdout".into()))?;
+    let mut stdin = child
+        .stdin
+        .take()
+        .ok_or_else(|| proto("start", "no stdin".into()))?;
+    let stdout = child
+        .stdout
+        .take()
+        .ok_or_else(|| proto("start", "no stdout".into()))?;
     let mut lines = BufReader::new(stdout);
     let line = serde_json::to_string(job).map_err(|e| proto("start", e.to_string()))?;
     writeln!(stdin, "{line}").map_err(|e| proto("start", e.to_string()))?;
@@ -161,7 +169,10 @@ pub fn main() -> i32 {
         return 1;
     }
     if let Err(e) = become_root() {
-        return fail(&mut out, format!("error: cannot become root of the namespace: {e}"));
+        return fail(
+            &mut out,
+            format!("error: cannot become root of the namespace: {e}"),
+        );
     }
     let reply = run_here(&job);
     let text = serde_json::to_string(&reply).unwrap_or_default();

@@ -10,7 +10,9 @@ impl ImageName {
     /// Checks `name`; the error says what a valid name looks like.
     pub fn parse(name: &str) -> Result<Self, String> {
         let b = name.as_bytes();
-        let first_ok = b.first().is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
+        let first_ok = b
+            .first()
+            .is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
         let rest_ok = b.iter().all(|c| {
             c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, b'.' | b'_' | b'-')
         });
@@ -45,7 +47,17 @@ mod tests {
         for ok in ["a", "debian-12", "x.y_z", &"a".repeat(63)] {
             assert!(ImageName::parse(ok).is_ok(), "{ok}");
         }
-        for bad in ["", ".", "..", ".import-1", "A", "-x", "a/b", "a b", &"a".repeat(64)] {
+        for bad in [
+            "",
+            ".",
+            "..",
+            ".import-1",
+            "A",
+            "-x",
+            "a/b",
+            "a b",
+            &"a".repeat(64),
+        ] {
             assert!(ImageName::parse(bad).is_err(), "{bad}");
         }
     }

@@ -215,7 +215,10 @@ mod tests {
 
     #[test]
     fn member_links_cannot_leave_the_archive() {
-        assert_eq!(resolve("abc", "../def/layer.tar").as_deref(), Some("def/layer.tar"));
+        assert_eq!(
+            resolve("abc", "../def/layer.tar").as_deref(),
+            Some("def/layer.tar")
+        );
         assert_eq!(resolve("", "../x"), None);
         assert_eq!(resolve("a", "/etc/passwd"), None);
         assert_eq!(normalise("./blobs//sha256/ab"), "blobs/sha256/ab");

@@ -147,7 +147,9 @@ fn sha256_hex(what: &str, digest: &str) -> Result<String, SourceError> {
 }
 
 fn is_hex64(h: &str) -> bool {
-    h.len() == 64 && h.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    h.len() == 64
+        && h.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 fn check_digest(what: &str, bytes: &[u8], expected: &str) -> Result<(), SourceError> {
@@ -261,7 +263,8 @@ fn select_manifest(
             select_manifest(outer, &nested, 1)
         }
         _ => {
-            let m = ImageManifest::from_reader(bytes.as_slice()).map_err(malformed("the manifest"))?;
+            let m =
+                ImageManifest::from_reader(bytes.as_slice()).map_err(malformed("the manifest"))?;
             Ok((d.clone(), m))
         }
     }

@@ -153,11 +153,13 @@ impl Store {
                     name: name.as_str().to_owned(),
                 })
             }
-            Err(source) => return Err(StoreError::Io {
-                op: "read",
-                path,
-                source,
-            }),
+            Err(source) => {
+                return Err(StoreError::Io {
+                    op: "read",
+                    path,
+                    source,
+                })
+            }
         };
         serde_json::from_slice(&bytes).map_err(|e| StoreError::Corrupt {
             name: name.as_str().to_owned(),

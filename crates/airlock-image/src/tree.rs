@@ -17,12 +17,14 @@ pub const BENEATH: ResolveFlags = ResolveFlags::BENEATH
     .union(ResolveFlags::NO_SYMLINKS)
     .union(ResolveFlags::NO_MAGICLINKS);
 
-/// Opens the directory `rel` beneath `root` (no link followed anywhere).
+/// Opens the directory `rel` beneath `root` (no link followed anywhere, the last component
+/// included: `RESOLVE_NO_SYMLINKS` makes a trailing link `ELOOP`, where `O_NOFOLLOW` with
+/// `O_DIRECTORY` would say `ENOTDIR`).
 pub fn open_dir(root: BorrowedFd<'_>, rel: &RelPath) -> Result<OwnedFd, Errno> {
     rustix::fs::openat2(
         root,
         rel.as_path(),
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
         Mode::empty(),
         BENEATH,
     )
@@ -94,7 +96,8 @@ mod tests {
         std::fs::create_dir(tmp.path().join("outside")).unwrap();
         symlink(tmp.path().join("outside"), root.join("link")).unwrap();
         symlink("../outside", root.join("rel")).unwrap();
-        let fd = rustix::fs::open(&root, OFlags::RDONLY | OFlags::DIRECTORY, Mode::empty()).unwrap();
+        let fd =
+            rustix::fs::open(&root, OFlags::RDONLY | OFlags::DIRECTORY, Mode::empty()).unwrap();
         for name in ["link", "rel"] {
             let rel = RelPath::parse(name.as_bytes()).unwrap();
             assert_eq!(open_dir(fd.as_fd(), &rel).unwrap_err(), Errno::LOOP);
@@ -109,7 +112,8 @@ mod tests {
         std::fs::create_dir(tmp.path().join("victim")).unwrap();
         std::fs::write(tmp.path().join("victim/keep"), b"x").unwrap();
         symlink(tmp.path().join("victim"), root.join("d/sub/link")).unwrap();
-        let fd = rustix::fs::open(&root, OFlags::RDONLY | OFlags::DIRECTORY, Mode::empty()).unwrap();
+        let fd =
+            rustix::fs::open(&root, OFlags::RDONLY | OFlags::DIRECTORY, Mode::empty()).unwrap();
         remove_at(fd.as_fd(), b"d").unwrap();
         assert!(!root.join("d").exists());
         assert!(tmp.path().join("victim/keep").exists());

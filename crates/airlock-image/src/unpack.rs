@@ -5,7 +5,7 @@
 //! sandbox's (`helper.rs`). It writes only beneath the staging directory.
 
 use std::fs::File;
-use std::io::{self, BufRead, BufReader, Read, Write};
+use std::io::{self, BufRead, BufReader, Read, Seek, Write};
 use std::path::{Path, PathBuf};
 
 use flate2::read::GzDecoder;
@@ -134,7 +134,16 @@ pub fn unpack(job: &UnpackJob) -> Result<Unpacked, UnpackError> {
         max_entries: job.max_entries,
     };
     let result = match source::detect(&outer) {
-        None => unpack_rootfs(file, &root, job.chown, caps, gz_digest),
+        None => {
+            // Indexing moved the shared file offset; the rootfs is read again from the start.
+            let mut file = file;
+            file.seek(io::SeekFrom::Start(0))
+                .map_err(|source| UnpackError::Open {
+                    path: path.clone(),
+                    source,
+                })?;
+            unpack_rootfs(file, &root, job.chown, caps, gz_digest)
+        }
         Some(kind) => unpack_layered(&outer, kind, &root, job.chown, caps),
     };
     let _ = std::fs::remove_file(job.staging.join(DECOMPRESSED));
@@ -185,12 +194,11 @@ fn decompress(file: File, to: &Path, max: u64) -> Result<(File, String), UnpackE
         .create_new(true)
         .open(to)
         .map_err(werr)?;
-    let copied = io::copy(&mut (&mut gz).take(max + 1), &mut out).map_err(|e| {
-        UnpackError::Format {
+    let copied =
+        io::copy(&mut (&mut gz).take(max + 1), &mut out).map_err(|e| UnpackError::Format {
             path: to.to_path_buf(),
             why: format!("not a valid gzip stream ({e})"),
-        }
-    })?;
+        })?;
     if copied > max {
         return Err(ExtractError::TooLarge { limit: max }.into());
     }

@@ -31,6 +31,10 @@ pub fn dispatch(args: &[OsString]) -> Option<i32> {
     if verb == crate::wire::KEEPER_VERB && args.len() == 3 {
         return Some(crate::lifecycle::keeper::main(args));
     }
+    // An unprivileged image import, inside a user namespace mapped like a sandbox's.
+    if verb == airlock_image::helper::HELPER_VERB && args.len() == 2 {
+        return Some(airlock_image::helper::main());
+    }
     // The egress proxy of one sandbox, supervised by its owner (crate::egress).
     if verb == crate::wire::PROXY_VERB && args.len() == 3 {
         unblock_signals();

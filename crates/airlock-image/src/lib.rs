@@ -25,3 +25,17 @@ pub mod unpack;
 pub use import::{import, remove, ImportError, ImportRequest, Runner};
 pub use name::ImageName;
 pub use store::{ImageInfo, Ownership, Store, StoreError};
+
+/// What a sandbox's plan records for an imported image (compared by L1: a re-imported image
+/// under the same name has another digest, so the plan differs).
+pub fn plan_label(info: &ImageInfo) -> String {
+    format!("image {} {}", info.name, info.digest)
+}
+
+/// Whether a recorded plan's image label (see [`plan_label`]) names image `name`.
+pub fn uses_image(label: &str, name: &str) -> bool {
+    label
+        .strip_prefix("image ")
+        .and_then(|rest| rest.split(' ').next())
+        == Some(name)
+}

@@ -18,6 +18,7 @@ pub mod config;
 pub mod doctor;
 pub mod down;
 pub mod exec;
+pub mod image;
 pub mod init;
 pub mod ls;
 pub mod plan;
@@ -69,6 +70,8 @@ pub enum Command {
     Policy(policy::PolicyArgs),
     /// Host-side secrets bound to hosts; the sandbox sees only placeholders
     Secret(secret::SecretArgs),
+    /// Imported images: import a rootfs, docker save or OCI archive; list; remove
+    Image(image::ImageArgs),
     /// Trust this project's config to widen the network policy (until the file changes)
     Trust(trust::TrustArgs),
     /// Withdraw trust from this project's config
@@ -101,6 +104,7 @@ pub fn run(command: Command, ctx: &Context) -> Result<Report, CommandError> {
         Command::Clean(args) => clean::run(args, ctx),
         Command::Policy(args) => policy::run(args, ctx),
         Command::Secret(args) => secret::run(args, ctx),
+        Command::Image(args) => image::run(args, ctx),
         Command::Trust(args) => trust::run_trust(args, ctx),
         Command::Untrust(args) => trust::run_untrust(args, ctx),
         Command::Doctor(args) => doctor::run(args, ctx),

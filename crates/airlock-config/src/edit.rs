@@ -161,6 +161,8 @@ fn validate(roots: &Roots) -> Result<(), ConfigErrors> {
         project: None,
         overrides: Overrides::default(),
         is_trusted: &never_trusted,
+        // The image store is not the config crate's to read; `plan` checks the name exists.
+        image_exists: None,
     };
     load(&request).map(drop)
 }

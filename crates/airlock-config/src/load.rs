@@ -51,6 +51,8 @@ pub struct LoadRequest<'a> {
     pub overrides: Overrides,
     /// Trust lookup: `(canonical project root, sha256 hex of the project config) -> trusted`.
     pub is_trusted: &'a dyn Fn(&Path, &str) -> bool,
+    /// Image lookup: whether an image of this name is imported (`None`: spelling only).
+    pub image_exists: Option<&'a dyn Fn(&str) -> bool>,
 }
 
 /// SHA-256 of a config file's bytes, lowercase hex: the key of trust records (C6).
@@ -165,6 +167,7 @@ struct Scalars {
 fn scalars(
     layers: &Layers<'_>,
     defined: &[&'static AgentSpec],
+    image_exists: Option<&dyn Fn(&str) -> bool>,
     d: &mut Vec<Diagnostic>,
 ) -> Scalars {
     let default = |v| Sourced::new(v, Origin::Default);
@@ -173,7 +176,7 @@ fn scalars(
             d,
             "image",
             |r| r.image.as_ref(),
-            |v, o| values::image(v, o == Origin::User),
+            |v, o| values::image(v, o == Origin::User, image_exists),
         )
         .unwrap_or(default(Image::Host));
     let agent = layers
@@ -268,7 +271,7 @@ pub fn load(req: &LoadRequest<'_>) -> Result<Effective, ConfigErrors> {
 
     let d = &mut diags;
     let defined = defined_agents(user.as_ref(), d);
-    let s = scalars(&layers, &defined, d);
+    let s = scalars(&layers, &defined, req.image_exists, d);
     let limits = limits::resolve_all(&layers.files, project_trusted, req.overrides, d);
     let packages = packages(&layers, d);
     let mounts = user_mounts(user.as_ref(), req, d);

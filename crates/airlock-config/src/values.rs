@@ -55,51 +55,63 @@ pub fn cpus(v: f64) -> Result<f64, String> {
     }
 }
 
-/// An imported image name: `[a-z0-9][a-z0-9._-]{0,63}`.
+/// An imported image name: `[a-z0-9][a-z0-9._-]{0,62}` (the image store's own rule).
 pub fn image_name(name: &str) -> bool {
     let b = name.as_bytes();
     !b.is_empty()
-        && b.len() <= 64
+        && b.len() <= 63
         && (b[0].is_ascii_lowercase() || b[0].is_ascii_digit())
         && b.iter().all(|c| {
             c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, b'.' | b'_' | b'-')
         })
 }
 
-/// `image`: `host` or an absolute directory path (only when `paths_allowed`). Image names are
-/// refused until images can be imported.
-pub fn image(v: &str, paths_allowed: bool) -> Result<Image, String> {
+/// `image`: `host`, `dir:/abs/path` or `/abs/path` (a directory; only when `paths_allowed`),
+/// or the name of an imported image. `exists` answers whether an image of that name is
+/// imported; `None` checks the spelling only.
+pub fn image(
+    v: &str,
+    paths_allowed: bool,
+    exists: Option<&dyn Fn(&str) -> bool>,
+) -> Result<Image, String> {
     if v == "host" {
         return Ok(Image::Host);
     }
-    if v.starts_with('/') {
+    let dir = v.strip_prefix("dir:").unwrap_or(v);
+    if dir.starts_with('/') {
         if !paths_allowed {
             return Err(
                 "a directory image belongs in the user config (`airlock config`): a \
                         project config cannot map host directories; set `image` there, or \
-                        use \"host\" here"
+                        use \"host\" or an imported image here"
                     .to_owned(),
             );
         }
-        let path = PathBuf::from(v);
+        let path = PathBuf::from(dir);
         return match std::fs::metadata(&path) {
             Ok(m) if m.is_dir() => Ok(Image::Directory(path)),
-            Ok(_) => Err(format!("{v} is not a directory")),
-            Err(e) => Err(format!("cannot use {v} as a root filesystem: {e}")),
+            Ok(_) => Err(format!("{dir} is not a directory")),
+            Err(e) => Err(format!("cannot use {dir} as a root filesystem: {e}")),
         };
     }
-    // Image names are reserved ([a-z0-9][a-z0-9._-]{0,63}) but no image can be imported yet,
-    // so a name is refused here, in `plan`, rather than by `up` after the checks passed.
-    let kind = if image_name(v) {
-        "no image by that name exists (airlock cannot import images yet)"
-    } else {
-        "it is not a valid value"
-    };
-    Err(format!(
-        "{v:?} cannot be used: {kind}; use \"host\" (the host's system directories, \
-         read-only) or, in the user config, the absolute path of a directory holding a root \
-         filesystem"
-    ))
+    if v.starts_with("dir:") {
+        return Err(format!(
+            "{v:?}: a directory image is `dir:` followed by an absolute path"
+        ));
+    }
+    if !image_name(v) {
+        return Err(format!(
+            "{v:?} is neither \"host\", \"dir:/absolute/path\", nor an image name \
+             ([a-z0-9][a-z0-9._-]{{0,62}})"
+        ));
+    }
+    match exists {
+        Some(exists) if !exists(v) => Err(format!(
+            "no image named {v:?} is imported; `airlock image ls` lists the imported images, \
+             `airlock image import FILE --name {v}` imports one"
+        )),
+        _ => Ok(Image::Named(v.to_owned())),
+    }
 }
 
 /// A package name: letters, digits and `+._:=~-`, at most 128 characters, not starting with
@@ -233,14 +245,28 @@ mod tests {
 
     #[test]
     fn image_values_are_host_paths_or_names() {
+        let imported = |n: &str| n == "debian-12";
+        let image = |v: &str, p: bool| image(v, p, Some(&imported));
         assert_eq!(image("host", false), Ok(Image::Host));
+        assert_eq!(
+            image("debian-12", false),
+            Ok(Image::Named("debian-12".into()))
+        );
         let err = image("ubuntu-24.04", false).unwrap_err();
-        assert!(err.contains("cannot import images yet"), "{err}");
+        assert!(err.contains("airlock image ls"), "{err}");
+        assert!(err.contains("image import"), "{err}");
         assert!(image("Ubuntu", false).is_err());
         assert!(image("./rootfs", true).is_err());
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().to_str().unwrap();
         assert_eq!(image(p, true), Ok(Image::Directory(dir.path().into())));
+        let prefixed = format!("dir:{p}");
+        assert_eq!(
+            image(&prefixed, true),
+            Ok(Image::Directory(dir.path().into()))
+        );
+        assert!(image("dir:relative", true).is_err());
+        assert!(image(&prefixed, false).unwrap_err().contains("user config"));
         let err = image(p, false).unwrap_err();
         assert!(err.contains("user config"), "{err}");
         assert!(image("/nonexistent/rootfs", true).is_err());

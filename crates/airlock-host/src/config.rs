@@ -30,11 +30,19 @@ pub fn load_effective(
             false
         }
     };
+    let images = airlock_image::Store::open_existing(&roots.data)
+        .ok()
+        .flatten();
+    let image_exists = |name: &str| match (&images, airlock_image::ImageName::parse(name)) {
+        (Some(store), Ok(name)) => store.get(&name).is_ok(),
+        _ => false,
+    };
     let request = LoadRequest {
         roots,
         project: project.as_ref(),
         overrides: Overrides { memory_mb },
         is_trusted: &is_trusted,
+        image_exists: Some(&image_exists),
     };
     let effective = airlock_config::load(&request)?;
     if let Some(e) = failure.into_inner() {

@@ -48,6 +48,22 @@ impl Runner {
         }
     }
 
+    /// [`Runner::for_invoker`] for the user running this process (name from `/etc/passwd`, else
+    /// `$USER`), with the sandbox's id plan for that user.
+    pub fn for_this_process(exe: PathBuf) -> (Runner, Ownership) {
+        let uid = rustix::process::getuid().as_raw();
+        let gid = rustix::process::getgid().as_raw();
+        let user = std::fs::read_to_string("/etc/passwd")
+            .ok()
+            .and_then(|text| airlock_linux::doctor::user_name_for(&text, uid))
+            .or_else(|| std::env::var("USER").ok())
+            .unwrap_or_default();
+        let ids = airlock_linux::idmap::HostIds::probe(uid, gid, &user);
+        // The root-invoker range is irrelevant: root imports in process.
+        let plan = airlock_linux::idmap::plan(&ids, None);
+        Runner::for_invoker(uid, plan, exe)
+    }
+
     /// The runner that can delete a tree stored with `ownership`.
     pub fn for_removal(&self, ownership: Ownership) -> Runner {
         match (self, ownership.needs_namespace()) {

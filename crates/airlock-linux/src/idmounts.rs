@@ -162,6 +162,7 @@ pub fn prepare(
             }
         }
         Image::Directory(dir) => add("image".to_owned(), dir, &sandbox_ns, true)?,
+        Image::Imported(image) => add("image".to_owned(), &image.rootfs, &sandbox_ns, true)?,
     }
     for (i, m) in spec.mappings_in_mount_order().iter().enumerate() {
         add(format!("map:{i}"), &m.host, &owner_ns, !m.writable)?;

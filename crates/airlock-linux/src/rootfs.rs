@@ -47,6 +47,7 @@ use crate::sys::idmount;
 mod budget;
 mod devproc;
 mod etc;
+mod image_links;
 pub(crate) mod packages;
 mod protect;
 mod unreadable;
@@ -114,6 +115,11 @@ pub enum RootfsError {
          project ([[unprotect]] in the user config)"
     )]
     ProtectedLink { path: PathBuf },
+    #[error(
+        "the image has a symbolic link at {path}, where airlock creates or mounts part of the \
+         sandbox; an image must have real directories (or nothing) there"
+    )]
+    ImageLink { path: PathBuf },
 }
 
 /// Top-level directories that start empty (I2).
@@ -165,6 +171,15 @@ pub fn build(boot: &Bootstrap, mounts: &mut Received) -> Result<(), RootfsError>
             let lower = lower_layer(dir, "image", &scratch, mounts)?;
             overlay(&lower, &root, &layers, "root")?
         }
+        Image::Imported(image) => {
+            let lower = lower_layer(&image.rootfs, "image", &scratch, mounts)?;
+            overlay(&lower, &root, &layers, "root")?
+        }
+    }
+    // Until `pivot_root`, an absolute link in the image would resolve on the host: refuse an
+    // image with a link anywhere airlock is about to create or mount something.
+    if !matches!(boot.spec.image, Image::Host) {
+        image_links::refuse_links(&root, boot)?;
     }
 
     // 3b. What others may not read in the image's /etc and /opt, where in-sandbox root could

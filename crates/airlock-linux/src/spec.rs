@@ -18,6 +18,30 @@ pub enum Image {
     Host,
     /// A directory holding a complete root filesystem, used as the single lower layer.
     Directory(PathBuf),
+    /// An imported image (`airlock image import`): its tree is the single lower layer, like a
+    /// directory; the name and digest are what a plan records and compares (L1).
+    Imported(ImportedImage),
+}
+
+/// An imported image as the backend needs it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImportedImage {
+    pub name: String,
+    /// `sha256:<hex>`.
+    pub digest: String,
+    /// Absolute path of the image's tree in the store.
+    pub rootfs: PathBuf,
+}
+
+impl Image {
+    /// The directory whose files the sandbox sees as `/` (the host's `/` for [`Image::Host`]).
+    pub fn root_dir(&self) -> &std::path::Path {
+        match self {
+            Image::Host => std::path::Path::new("/"),
+            Image::Directory(p) => p,
+            Image::Imported(i) => &i.rootfs,
+        }
+    }
 }
 
 /// A host directory (or a single file, such as a service's Unix socket) mapped into the sandbox.

@@ -67,6 +67,7 @@ impl World {
             project,
             overrides,
             is_trusted,
+            image_exists: Some(&|name: &str| name.starts_with("imported-")),
         })
     }
 

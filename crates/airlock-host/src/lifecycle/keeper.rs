@@ -218,10 +218,7 @@ fn start_egress(req: &StartRequest) -> Result<SharedProxy, KeeperReport> {
     };
     let roots = airlock_config::Roots::from_env(lookup)
         .map_err(|e| failed("keeper.roots", e.to_string()))?;
-    let image_root = match &req.spec.image {
-        airlock_linux::spec::Image::Host => PathBuf::from("/"),
-        airlock_linux::spec::Image::Directory(p) => p.clone(),
-    };
+    let image_root = req.spec.image.root_dir().to_path_buf();
     crate::egress::materialize(&egress.dir, &roots, &image_root).map_err(reported)?;
     let proxy = ProxySupervisor::launch(egress.clone())
         .map_err(|e| reported(crate::run::egress_error(e)))?;

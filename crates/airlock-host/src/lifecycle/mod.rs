@@ -219,6 +219,7 @@ pub fn plan_summary(spec: &SandboxSpec) -> PlanSummary {
         image: match &spec.image {
             Image::Host => "host".to_owned(),
             Image::Directory(p) => format!("directory {}", p.display()),
+            Image::Imported(i) => format!("image {} {}", i.name, i.digest),
         },
         workspaces: spec.workspaces.iter().map(map).collect(),
         mounts: spec.mounts.iter().map(map).collect(),

@@ -236,10 +236,7 @@ fn start_egress(
     airlock_linux::host::sweep_stale(&base);
     let outer = base.join(&spec.id);
     let dir = outer.join("relay");
-    let image_root = match &spec.image {
-        Image::Host => PathBuf::from("/"),
-        Image::Directory(p) => p.clone(),
-    };
+    let image_root = spec.image.root_dir().to_path_buf();
     let mut guard = RunEgress {
         dir: outer.clone(),
         proxy: None,
@@ -356,19 +353,33 @@ fn fault_hook(stream: &std::os::unix::net::UnixStream) {
     }
 }
 
+/// The imported image `name`, as the backend needs it (its tree and, for L1, its digest).
+fn imported(name: &str) -> Result<airlock_linux::spec::ImportedImage, HostError> {
+    let missing = |detail: String| {
+        HostError::new(ErrorKind::Config, "image.not_found", detail).with_hint(
+            "`airlock image ls` lists the imported images; `airlock image import FILE --name \
+             NAME` imports one",
+        )
+    };
+    let roots = airlock_config::Roots::from_env(|k| std::env::var_os(k))?;
+    let name = airlock_image::ImageName::parse(name).map_err(missing)?;
+    let store = airlock_image::Store::open_existing(&roots.data)
+        .map_err(|e| missing(e.to_string()))?
+        .ok_or_else(|| missing(format!("no image named {name:?} is imported")))?;
+    let info = store.get(&name).map_err(|e| missing(e.to_string()))?;
+    Ok(airlock_linux::spec::ImportedImage {
+        rootfs: store.rootfs(&name),
+        name: info.name,
+        digest: info.digest,
+    })
+}
+
 pub fn build_spec(eff: &Effective, root: bool) -> Result<SandboxSpec, HostError> {
     use airlock_config::Origin;
     let image = match &eff.image.value {
         airlock_config::effective::Image::Host => Image::Host,
         airlock_config::effective::Image::Directory(p) => Image::Directory(p.clone()),
-        airlock_config::effective::Image::Named(name) => {
-            return Err(HostError::new(
-                ErrorKind::Config,
-                "image.unsupported",
-                format!("the imported image {name:?} cannot be used by `run` yet"),
-            )
-            .with_hint("set image = \"host\" or a directory rootfs in the config"))
-        }
+        airlock_config::effective::Image::Named(name) => Image::Imported(imported(name)?),
     };
     let explicit = |o: Origin| match o {
         Origin::Default => false,

@@ -97,16 +97,7 @@ fn parse_name(name: &str) -> Result<ImageName, CommandError> {
 
 /// The runner (and the ownership it gives) for this invoker.
 fn runner() -> (Runner, Ownership) {
-    let uid = rustix::process::getuid().as_raw();
-    let gid = rustix::process::getgid().as_raw();
-    let user = std::fs::read_to_string("/etc/passwd")
-        .ok()
-        .and_then(|text| airlock_linux::doctor::user_name_for(&text, uid))
-        .or_else(|| std::env::var("USER").ok())
-        .unwrap_or_default();
-    let ids = airlock_linux::idmap::HostIds::probe(uid, gid, &user);
-    let plan = airlock_linux::idmap::plan(&ids);
-    Runner::for_invoker(uid, plan, PathBuf::from("/proc/self/exe"))
+    Runner::for_this_process(PathBuf::from("/proc/self/exe"))
 }
 
 fn import(args: ImportArgs, ctx: &Context) -> Result<Report, CommandError> {

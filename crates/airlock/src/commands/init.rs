@@ -36,7 +36,7 @@ pub struct InitArgs {
 
 /// An image a project config may name (directory images are user config only).
 fn project_image(v: &str) -> Result<String, String> {
-    airlock_config::values::image(v, false).map(|_| v.to_owned())
+    airlock_config::values::image(v, false, None).map(|_| v.to_owned())
 }
 
 pub fn run(args: InitArgs, ctx: &Context) -> Result<Report, CommandError> {

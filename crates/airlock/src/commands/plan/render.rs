@@ -130,12 +130,30 @@ fn files(doc: &mut Doc, e: &Effective) {
     }
 }
 
+/// `image NAME sha256:…` (the digest `up` records and compares, L1), or the name alone when
+/// the store cannot be read here (`up` reports why).
+fn imported_label(name: &str) -> String {
+    let info = airlock_config::Roots::from_env(|k| std::env::var_os(k))
+        .ok()
+        .and_then(|roots| {
+            airlock_image::Store::open_existing(&roots.data)
+                .ok()
+                .flatten()
+        })
+        .zip(airlock_image::ImageName::parse(name).ok())
+        .and_then(|(store, name)| store.get(&name).ok());
+    match info {
+        Some(info) => airlock_image::plan_label(&info),
+        None => format!("image {name}"),
+    }
+}
+
 fn sandbox(doc: &mut Doc, e: &Effective) {
     doc.heading("Sandbox");
     let image = match &e.image.value {
         Image::Host => "host".to_owned(),
         Image::Directory(p) => format!("directory {}", path_text(p)),
-        Image::Named(n) => format!("image {n}"),
+        Image::Named(n) => imported_label(n),
     };
     sourced(doc, "image", &image, e.image.origin);
     let agent = e.agent.value.as_deref().unwrap_or("none (your shell)");

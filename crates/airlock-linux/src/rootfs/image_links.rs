@@ -33,7 +33,11 @@ const ETC_TARGETS: &[&str] = &[
 pub(super) fn refuse_links(root: &Path, boot: &Bootstrap) -> Result<(), RootfsError> {
     let mut targets: Vec<PathBuf> = EMPTY_DIRS.iter().map(|(d, _)| PathBuf::from(d)).collect();
     targets.extend(ETC_TARGETS.iter().map(PathBuf::from));
-    targets.push(PathBuf::from(SYSTEM_CA_BUNDLE));
+    // The bundle itself is replaced only when it is a regular file (`bind_egress`); the
+    // directories on its way must not be links.
+    if let Some(dir) = Path::new(SYSTEM_CA_BUNDLE).parent() {
+        targets.push(dir.to_path_buf());
+    }
     targets.push(PathBuf::from(EGRESS_DIR));
     targets.push(boot.spec.user.home.clone());
     targets.extend(

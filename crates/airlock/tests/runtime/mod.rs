@@ -14,6 +14,7 @@ mod attacks;
 mod exit_codes;
 mod hardening;
 mod identity;
+mod images;
 mod isolation;
 mod lifecycle;
 mod markers;

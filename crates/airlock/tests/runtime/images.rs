@@ -1,0 +1,163 @@
+//! Imported images (PRODUCT I2): a sandbox from an image holding one static binary — no shell,
+//! no libc — and the host-side attacks a hostile image could try. The images are built here
+//! from a tiny C program compiled with `cc -static`; nothing is downloaded.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use super::harness::{ok, Rt};
+
+/// `tiny`: `tiny cat FILE` prints FILE; `tiny uid` prints the uid; otherwise it prints its
+/// arguments one per line and exits 3 (so the status is visibly the guest command's).
+const TINY_C: &str = r#"
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+    if (argc == 3 && strcmp(argv[1], "cat") == 0) {
+        FILE *f = fopen(argv[2], "r");
+        if (!f) { perror(argv[2]); return 1; }
+        int c;
+        while ((c = fgetc(f)) != EOF) putchar(c);
+        return 0;
+    }
+    if (argc == 2 && strcmp(argv[1], "uid") == 0) { printf("%d\n", (int)getuid()); return 0; }
+    for (int i = 1; i < argc; i++) printf("%s\n", argv[i]);
+    return 3;
+}
+"#;
+
+/// Compiles [`TINY_C`] statically into `dir/bin/tiny`; `None` (after saying why) when no
+/// static C toolchain exists and CI is not set.
+fn tiny_tree(rt: &Rt, dir: &Path) -> Option<PathBuf> {
+    std::fs::create_dir_all(dir.join("bin")).unwrap();
+    let src = dir.with_extension("c");
+    std::fs::write(&src, TINY_C).unwrap();
+    let out = Command::new("cc")
+        .args(["-static", "-O", "-o"])
+        .arg(dir.join("bin/tiny"))
+        .arg(&src)
+        .output();
+    match out {
+        Ok(o) if o.status.success() => {}
+        other => {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "cc -static failed (install gcc and libc6-dev): {other:?}"
+            );
+            eprintln!("skipped: no static C toolchain (cc -static): {other:?}");
+            return None;
+        }
+    }
+    std::fs::remove_file(&src).unwrap();
+    rt.hand_over(dir);
+    Some(dir.to_path_buf())
+}
+
+/// `tar -C tree -cf <tree>.tar .` (numeric owners as they are), handed to the test user.
+fn pack(rt: &Rt, tree: &Path) -> PathBuf {
+    let tar = tree.with_extension("tar");
+    let st = Command::new("tar")
+        .args(["--numeric-owner", "-C"])
+        .arg(tree)
+        .args(["-cf"])
+        .arg(&tar)
+        .arg(".")
+        .status()
+        .expect("run tar");
+    assert!(st.success());
+    rt.hand_over(&tar);
+    tar
+}
+
+fn import(rt: &Rt, tar: &Path, name: &str) {
+    let run = rt.run_args(
+        &["image", "import", tar.to_str().unwrap(), "--name", name],
+        None,
+    );
+    ok(&run);
+}
+
+fn use_image(rt: &Rt, name: &str) {
+    rt.env
+        .write_project_config(&rt.project, &format!("image = \"{name}\"\n"));
+    rt.hand_over(&rt.project);
+}
+
+both! {
+    /// I2 / issue 12: `airlock run` works in an image whose only file is one static binary
+    /// (no shell, no libc): the guest is airlock itself, started before pivot_root.
+    fn run_works_in_a_single_binary_image(rt) {
+        let Some(tree) = tiny_tree(&rt, &rt.env.dir("tiny")) else { return };
+        import(&rt, &pack(&rt, &tree), "tiny");
+        use_image(&rt, "tiny");
+        let run = rt.run_args(&["run", "--", "/bin/tiny", "hello", "image"], None);
+        run.assert_code(3);
+        assert_eq!(run.stdout, "hello\nimage\n", "{run:?}");
+        // Nothing else of the host is there: no shell to run.
+        let run = rt.run_args(&["run", "--", "/bin/sh", "-c", "true"], None);
+        assert_ne!(run.code, Some(0), "{run:?}");
+    }
+}
+
+both! {
+    /// `image rm` is refused while a sandbox uses the image, and works after `down`.
+    fn image_rm_is_refused_while_a_sandbox_uses_it(rt) {
+        let Some(tree) = tiny_tree(&rt, &rt.env.dir("tiny")) else { return };
+        import(&rt, &pack(&rt, &tree), "tiny");
+        use_image(&rt, "tiny");
+        ok(&rt.run_args(&["up", "--no-attach"], None));
+        let exec = rt.run_args(&["exec", "--", "/bin/tiny", "uid"], None);
+        let rm = rt.run_args(&["image", "rm", "tiny"], None);
+        let down = rt.run_args(&["down"], None);
+        ok(&exec);
+        rm.assert_code(1);
+        assert!(rm.stderr.contains("image.in_use"), "{rm:?}");
+        ok(&down);
+        ok(&rt.run_args(&["image", "rm", "tiny"], None));
+        let ls = rt.run_args(&["image", "ls", "--json"], None);
+        assert_eq!(ls.json()["images"], serde_json::json!([]), "{ls:?}");
+    }
+}
+
+both! {
+    /// A hostile image with `home` pointing at a host directory: before pivot_root the link
+    /// would resolve on the host, and creating the sandbox home would create a host directory.
+    /// The start is refused and the host directory stays untouched.
+    fn an_image_link_on_a_mount_path_never_reaches_the_host(rt) {
+        let Some(tree) = tiny_tree(&rt, &rt.env.dir("tiny")) else { return };
+        let victim = rt.env.dir("victim");
+        rt.hand_over(&victim);
+        std::os::unix::fs::symlink(&victim, tree.join("home")).unwrap();
+        rt.hand_over(&tree);
+        import(&rt, &pack(&rt, &tree), "evil");
+        use_image(&rt, "evil");
+        let run = rt.run_args(&["run", "--", "/bin/tiny", "x"], None);
+        assert_ne!(run.code, Some(3), "the sandbox started: {run:?}");
+        assert!(run.stderr.contains("symbolic link at /home"), "{run:?}");
+        let left: Vec<_> = std::fs::read_dir(&victim).unwrap().collect();
+        assert!(left.is_empty(), "the host directory was written: {left:?}");
+    }
+}
+
+both! {
+    /// A hostile image whose system CA bundle is a link to a host file: the host side builds
+    /// the sandbox's trust bundle from the image's, and must read it inside the image, never
+    /// through a link to the host (which would copy a host secret into the sandbox).
+    fn the_trust_bundle_never_reads_a_host_file_through_an_image_link(rt) {
+        let Some(tree) = tiny_tree(&rt, &rt.env.dir("tiny")) else { return };
+        let secret = rt.env.dir("secrets").join("token");
+        std::fs::write(&secret, "HOST-SECRET-TOKEN\n").unwrap();
+        rt.hand_over(&secret);
+        std::fs::create_dir_all(tree.join("etc/ssl/certs")).unwrap();
+        std::os::unix::fs::symlink(&secret, tree.join("etc/ssl/certs/ca-certificates.crt"))
+            .unwrap();
+        rt.hand_over(&tree);
+        import(&rt, &pack(&rt, &tree), "leaky");
+        use_image(&rt, "leaky");
+        let run = rt.run_args(&["run", "--", "/bin/tiny", "cat", "/run/airlock/ca-bundle.crt"], None);
+        let out = ok(&run);
+        assert!(out.contains("BEGIN CERTIFICATE"), "{run:?}");
+        assert!(!out.contains("HOST-SECRET-TOKEN"), "a host file reached the sandbox: {run:?}");
+    }
+}

@@ -22,6 +22,7 @@ pub mod check;
 pub mod child;
 pub mod reload;
 pub mod supervisor;
+mod system_bundle;
 
 use std::fs;
 use std::io::Write;
@@ -30,7 +31,7 @@ use std::path::{Path, PathBuf};
 
 use airlock_config::effective::Network;
 use airlock_config::{env_vars, Roots};
-use airlock_linux::spec::{Egress, Relay, SandboxSpec, EGRESS_DIR, SYSTEM_CA_BUNDLE};
+use airlock_linux::spec::{Egress, Relay, SandboxSpec, EGRESS_DIR};
 
 use crate::error::{ErrorKind, HostError};
 
@@ -160,7 +161,7 @@ pub fn materialize(dir: &Path, roots: &Roots, image_root: &Path) -> Result<(), H
     let cache = crate::paths::ensure_root(roots, &cache)
         .is_ok()
         .then_some(cache);
-    let system = image_root.join(SYSTEM_CA_BUNDLE.trim_start_matches('/'));
+    let system = system_bundle::SystemBundle::open(image_root);
     let path = dir.join(CA_CERT);
     place(
         &path,
@@ -172,10 +173,10 @@ pub fn materialize(dir: &Path, roots: &Roots, image_root: &Path) -> Result<(), H
     let path = dir.join(CA_BUNDLE);
     place(
         &path,
-        cache.as_ref().map(|c| c.join(bundle_key(&system))),
-        |f| bundle_matches(f, &system, ca_pem),
+        cache.as_ref().map(|c| c.join(bundle_key(system.as_ref()))),
+        |f| bundle_matches(f, system.as_ref(), ca_pem),
         || {
-            let mut bundle = fs::read(&system).unwrap_or_default();
+            let mut bundle = system.as_ref().map(|s| s.read()).unwrap_or_default();
             if !bundle.is_empty() && !bundle.ends_with(b"\n") {
                 bundle.push(b'\n');
             }
@@ -188,10 +189,10 @@ pub fn materialize(dir: &Path, roots: &Roots, image_root: &Path) -> Result<(), H
 
 /// The cache name of the bundle built from `system`: its identity (device, inode, size,
 /// modification and change times), so an updated system bundle gets a fresh copy.
-fn bundle_key(system: &Path) -> String {
+fn bundle_key(system: Option<&system_bundle::SystemBundle>) -> String {
     use std::os::unix::fs::MetadataExt;
-    match fs::metadata(system) {
-        Ok(m) => format!(
+    match system.map(|s| &s.meta) {
+        Some(m) => format!(
             "bundle-{}-{}-{}-{}.{}-{}.{}.crt",
             m.dev(),
             m.ino(),
@@ -201,16 +202,20 @@ fn bundle_key(system: &Path) -> String {
             m.ctime(),
             m.ctime_nsec()
         ),
-        Err(_) => "bundle-none.crt".to_owned(),
+        None => "bundle-none.crt".to_owned(),
     }
 }
 
 /// Whether `file` is a complete bundle of `system` (as it is now) and `ca_pem`: its length is
 /// the system bundle's (plus a separating newline) plus the certificate's, and it ends with
 /// the certificate.
-fn bundle_matches(file: &Path, system: &Path, ca_pem: &[u8]) -> bool {
+fn bundle_matches(
+    file: &Path,
+    system: Option<&system_bundle::SystemBundle>,
+    ca_pem: &[u8],
+) -> bool {
     use std::os::unix::fs::FileExt;
-    let system_len = fs::metadata(system).map(|m| m.len()).unwrap_or(0);
+    let system_len = system.map_or(0, |s| s.meta.len());
     let Ok(f) = fs::File::open(file) else {
         return false;
     };

@@ -19,9 +19,9 @@ use serde::{Deserialize, Serialize};
 #[schemars(title = "airlock configuration")]
 pub struct RawConfig {
     /// Root filesystem of the sandbox: `"host"` (default: the host's system directories as
-    /// read-only overlay lower layers) or an absolute path to a directory holding a root
-    /// filesystem (user config only). Other names are reserved for imported images, which this
-    /// version cannot import yet.
+    /// read-only overlay lower layers), the name of an image imported with `airlock image
+    /// import` (`airlock image ls` lists them), or `"dir:/absolute/path"` of a directory
+    /// holding a root filesystem (user config only).
     pub image: Option<String>,
     /// The agent from the built-in catalogue that the default session runs: claude, codex,
     /// opencode, gemini, copilot or aider. Its API hosts are added to the network policy (when

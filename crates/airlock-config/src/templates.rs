@@ -11,8 +11,10 @@ pub fn project_template(agent: Option<&str>, image: Option<&str>) -> String {
     };
     let image_line = match image {
         Some(i) => format!("image = {}\n", toml_string(i)),
-        None => "# image = \"host\"          # the host's system files; a directory image: user config\n"
-            .to_owned(),
+        None => {
+            "# image = \"host\"          # the host's system files, or an imported image's name\n"
+                .to_owned()
+        }
     };
     format!(
         "# airlock project configuration (.airlock/config.toml).\n\

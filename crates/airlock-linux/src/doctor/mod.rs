@@ -274,7 +274,7 @@ fn system_files_check(
                 "system files will appear owned by `nobody` and stay read-only inside for {} ({failure}); workspace and $HOME are writable",
                 invoker.name
             ),
-            "run airlock as root, or set `image = \"/path/to/rootfs\"` in your user config (`airlock config`) to a root filesystem unpacked into a directory you own, for a fully writable root filesystem",
+            "run airlock as root, or import an image (`airlock image import rootfs.tar --name NAME`, then `image = \"NAME\"` in a config) for a fully writable root filesystem",
         ),
     }
 }

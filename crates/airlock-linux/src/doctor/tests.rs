@@ -106,7 +106,8 @@ fn v2_only_host_does_not_label_the_absent_v1_controllers_ok() {
     );
 }
 
-/// Regression: the fix pointed to `airlock image import`, which this version does not have.
+/// The fix names what works: an imported image (earlier versions pointed to an import command
+/// they did not have, then to a directory image only).
 #[test]
 fn read_only_system_files_fix_names_what_works_today() {
     let alice = Invoker {
@@ -119,7 +120,7 @@ fn read_only_system_files_fix_names_what_works_today() {
     };
     let c = system_files_check(Err(failure), &alice, "system_files_writable", "t");
     let fix = c.fix.expect("a fix");
-    assert!(!fix.contains("image import"), "{fix}");
+    assert!(fix.contains("airlock image import"), "{fix}");
     assert!(fix.contains("image = "), "{fix}");
 }
 

@@ -29,7 +29,7 @@ pub struct InitArgs {
     /// Agent from the built-in catalogue that the default session runs
     #[arg(long, value_name = "AGENT", value_parser = PossibleValuesParser::new(airlock_config::agents::names()))]
     pub agent: Option<String>,
-    /// Root filesystem: `host` (the default; a directory image belongs in the user config)
+    /// Root filesystem: `host` (the default) or an imported image's name (`airlock image ls`)
     #[arg(long, value_name = "IMAGE", value_parser = project_image)]
     pub image: Option<String>,
 }

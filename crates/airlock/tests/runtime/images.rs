@@ -7,12 +7,14 @@ use std::process::Command;
 
 use super::harness::{ok, Rt};
 
-/// `tiny`: `tiny cat FILE` prints FILE; `tiny uid` prints the uid; otherwise it prints its
+/// `tiny`: `tiny cat FILE` prints FILE; `tiny uid` prints the uid; `tiny owner FILE` prints
+/// FILE's owner; otherwise it prints its
 /// arguments one per line and exits 3 (so the status is visibly the guest command's).
 const TINY_C: &str = r#"
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/stat.h>
 int main(int argc, char **argv) {
     if (argc == 3 && strcmp(argv[1], "cat") == 0) {
         FILE *f = fopen(argv[2], "r");
@@ -22,6 +24,12 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (argc == 2 && strcmp(argv[1], "uid") == 0) { printf("%d\n", (int)getuid()); return 0; }
+    if (argc == 3 && strcmp(argv[1], "owner") == 0) {
+        struct stat st;
+        if (stat(argv[2], &st) != 0) { perror(argv[2]); return 1; }
+        printf("%d\n", (int)st.st_uid);
+        return 0;
+    }
     for (int i = 1; i < argc; i++) printf("%s\n", argv[i]);
     return 3;
 }
@@ -54,11 +62,12 @@ fn tiny_tree(rt: &Rt, dir: &Path) -> Option<PathBuf> {
     Some(dir.to_path_buf())
 }
 
-/// `tar -C tree -cf <tree>.tar .` (numeric owners as they are), handed to the test user.
+/// `tar -C tree -cf <tree>.tar .`, every entry owned by root in the archive (as in a real
+/// image), handed to the test user.
 fn pack(rt: &Rt, tree: &Path) -> PathBuf {
     let tar = tree.with_extension("tar");
     let st = Command::new("tar")
-        .args(["--numeric-owner", "-C"])
+        .args(["--numeric-owner", "--owner=0", "--group=0", "-C"])
         .arg(tree)
         .args(["-cf"])
         .arg(&tar)
@@ -97,6 +106,28 @@ both! {
         // Nothing else of the host is there: no shell to run.
         let run = rt.run_args(&["run", "--", "/bin/sh", "-c", "true"], None);
         assert_ne!(run.code, Some(0), "{run:?}");
+    }
+}
+
+both! {
+    /// Files owned by root in the archive keep their in-sandbox owner: root for an unprivileged
+    /// user with subordinate ids (extracted in a user namespace mapped like the sandbox's), and
+    /// for a root invoker the owner the host image's root-owned system files have inside.
+    fn archive_root_keeps_its_owner_inside_the_sandbox(rt) {
+        let Some(tree) = tiny_tree(&rt, &rt.env.dir("tiny")) else { return };
+        import(&rt, &pack(&rt, &tree), "tiny");
+        let expected = if rt.is_root() {
+            let host = rt.sh(&[], "stat -c %u /usr/bin/env");
+            ok(&host).trim().to_owned()
+        } else if rt.root_available() {
+            "0".to_owned()
+        } else {
+            // Without subordinate ids the owners are dropped: the user's own files.
+            ok(&rt.sh(&[], "id -u")).trim().to_owned()
+        };
+        use_image(&rt, "tiny");
+        let run = rt.run_args(&["run", "--", "/bin/tiny", "owner", "/bin/tiny"], None);
+        assert_eq!(ok(&run).trim(), expected, "{run:?}");
     }
 }
 

@@ -409,3 +409,42 @@ fn removal_deletes_the_image_and_its_tree() {
     remove(&store, &ImageName::parse("gone").unwrap(), &r).unwrap();
     w.assert_empty_store();
 }
+
+#[test]
+fn an_interrupted_import_publishes_nothing_and_is_swept_by_the_next() {
+    let w = world();
+    let store = Store::open(&w.data).unwrap();
+    // What an import killed mid-way leaves: a marked working directory with a partial tree.
+    let dead = store.dir().join(".import-4194304-0");
+    std::fs::create_dir_all(dead.join("rootfs/usr")).unwrap();
+    std::fs::write(dead.join("owner"), "4194304 1\n").unwrap();
+    // One whose owner is alive (this process) is left alone, and so is an unmarked one.
+    let alive = store.dir().join(".import-live");
+    std::fs::create_dir_all(&alive).unwrap();
+    let me = std::process::id();
+    let stat = std::fs::read_to_string(format!("/proc/{me}/stat")).unwrap();
+    let start = stat
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .nth(19)
+        .unwrap()
+        .to_owned();
+    std::fs::write(alive.join("owner"), format!("{me} {start}\n")).unwrap();
+    assert!(
+        store.list().unwrap().is_empty(),
+        "a working directory is listed"
+    );
+    w.import("next", &tar(&[E::File("f", b"x", 0o644)]))
+        .unwrap();
+    assert!(!dead.exists(), "the abandoned import was not swept");
+    assert!(alive.exists(), "a live import's directory was removed");
+    let names: Vec<_> = store
+        .list()
+        .unwrap()
+        .into_iter()
+        .map(|i| i.unwrap().name)
+        .collect();
+    assert_eq!(names, ["next"]);
+}

@@ -34,6 +34,9 @@ pub enum Stage {
     Namespaces,
     /// Building the root filesystem.
     Rootfs,
+    /// The image cannot serve as a root filesystem (e.g. a link where airlock mounts): the
+    /// image's fault, not the host's.
+    Image,
     /// Anything else.
     Init,
 }
@@ -44,12 +47,13 @@ impl Stage {
         match self {
             Stage::Namespaces => "namespaces",
             Stage::Rootfs => "rootfs",
+            Stage::Image => "image",
             Stage::Init => "init",
         }
     }
 
     fn parse(name: &str) -> Option<Stage> {
-        [Stage::Namespaces, Stage::Rootfs, Stage::Init]
+        [Stage::Namespaces, Stage::Rootfs, Stage::Image, Stage::Init]
             .into_iter()
             .find(|s| s.as_str() == name)
     }

@@ -68,6 +68,7 @@ impl InitError {
             InitError::Syscall { syscall, .. } if syscall.starts_with("unshare") => {
                 Stage::Namespaces
             }
+            InitError::Rootfs(RootfsError::ImageLink { .. }) => Stage::Image,
             InitError::Rootfs(_) | InitError::IdMount(_) => Stage::Rootfs,
             InitError::Syscall { .. }
             | InitError::ParentGone

@@ -631,6 +631,13 @@ pub fn start_error(e: StartError) -> HostError {
             )
             .with_hint(doctor),
             BootstrapError::Remote {
+                stage: Stage::Image,
+                message,
+            } => HostError::new(ErrorKind::Failed, "image.unusable", message.clone()).with_hint(
+                "this image cannot be a sandbox's root filesystem: import a corrected archive, \
+                 or use another image",
+            ),
+            BootstrapError::Remote {
                 stage: Stage::Init, ..
             }
             | BootstrapError::Read(_)

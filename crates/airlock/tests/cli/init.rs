@@ -134,7 +134,11 @@ fn pointers_to_image_import_name_a_command_that_exists() {
         if text.contains("image import") {
             let import = env.run(&["image", "import", "--help"]);
             import.assert_code(0);
-            assert!(import.stdout.contains("--name"), "{what}: {}", import.stdout);
+            assert!(
+                import.stdout.contains("--name"),
+                "{what}: {}",
+                import.stdout
+            );
         }
     }
 }

@@ -262,7 +262,11 @@ fn an_image_that_does_not_exist_is_a_config_error_naming_what_works_today() {
         run.stderr
     );
     assert!(run.stderr.contains("airlock image ls"), "{}", run.stderr);
-    assert!(run.stderr.contains("airlock image import"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("airlock image import"),
+        "{}",
+        run.stderr
+    );
 }
 
 #[test]

@@ -135,6 +135,9 @@ both! {
     /// `image rm` is refused while a sandbox uses the image, and works after `down`.
     fn image_rm_is_refused_while_a_sandbox_uses_it(rt) {
         let Some(tree) = tiny_tree(&rt, &rt.env.dir("tiny")) else { return };
+        // `up` starts the default session, the user's shell: give the image a stand-in.
+        std::fs::copy(tree.join("bin/tiny"), tree.join("bin/sh")).unwrap();
+        rt.hand_over(&tree);
         import(&rt, &pack(&rt, &tree), "tiny");
         use_image(&rt, "tiny");
         ok(&rt.run_args(&["up", "--no-attach"], None));

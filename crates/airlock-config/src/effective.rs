@@ -301,4 +301,6 @@ pub struct Effective {
     pub tools: Vec<Tool>,
     /// Whose downloads the package cache holds.
     pub cache: Sourced<CacheScope>,
+    /// `[[ports]]` (user config only): forwards published on every `up`.
+    pub ports: Vec<crate::ports::PublishedPort>,
 }

@@ -23,6 +23,7 @@ pub mod mounts;
 mod network;
 mod parse;
 pub mod policy;
+pub mod ports;
 pub mod presets;
 pub mod project;
 pub mod protect;

@@ -297,6 +297,7 @@ pub fn load(req: &LoadRequest<'_>) -> Result<Effective, ConfigErrors> {
     };
     let tools = toolchain::tools(user.as_ref(), req.roots, &taken, d);
     let cache = toolchain::cache_scope(user.as_ref());
+    let ports = crate::ports::validate(user.as_ref(), d);
 
     if !diags.is_empty() {
         sort_diagnostics(&mut diags, req);
@@ -331,6 +332,7 @@ pub fn load(req: &LoadRequest<'_>) -> Result<Effective, ConfigErrors> {
         env,
         tools,
         cache,
+        ports,
     })
 }
 

@@ -17,9 +17,9 @@ use toml_edit::{ImDocument, Item, TableLike};
 
 use crate::diagnostics::{key_segment, Diagnostic, LineIndex};
 use crate::raw::{
-    RawAgentSettings, RawCache, RawConfig, RawEnv, RawHostPort, RawMount, RawNetwork, RawTool,
-    RawUnprotect, AGENT_KEYS, CACHE_KEYS, CONFIG_KEYS, ENV_KEYS, HOST_PORT_KEYS, MOUNT_KEYS,
-    NETWORK_KEYS, TOOL_KEYS, UNPROTECT_KEYS,
+    RawAgentSettings, RawCache, RawConfig, RawEnv, RawHostPort, RawMount, RawNetwork, RawPort,
+    RawTool, RawUnprotect, AGENT_KEYS, CACHE_KEYS, CONFIG_KEYS, ENV_KEYS, HOST_PORT_KEYS,
+    MOUNT_KEYS, NETWORK_KEYS, PORT_KEYS, TOOL_KEYS, UNPROTECT_KEYS,
 };
 
 /// Which file is being read; decides whether user-only keys are allowed.
@@ -41,6 +41,8 @@ pub(crate) struct ParsedFile {
     pub(crate) mount_index: Vec<usize>,
     /// How many `[[mount]]` entries the file has, parsed or not.
     pub(crate) mount_entries: usize,
+    /// For each entry of `raw.ports`, its index among the file's `[[ports]]` entries.
+    pub(crate) port_index: Vec<usize>,
     positions: BTreeMap<String, (u32, u32)>,
 }
 
@@ -99,6 +101,7 @@ pub(crate) fn parse_file(
         positions: BTreeMap::new(),
         mount_index: Vec::new(),
         mount_entries: 0,
+        port_index: Vec::new(),
         diags,
     };
     let raw = match ImDocument::parse(text) {
@@ -115,6 +118,7 @@ pub(crate) fn parse_file(
         raw,
         mount_index: walker.mount_index,
         mount_entries: walker.mount_entries,
+        port_index: walker.port_index,
         positions: walker.positions,
     }
 }
@@ -126,6 +130,7 @@ struct Walker<'a> {
     positions: BTreeMap<String, (u32, u32)>,
     mount_index: Vec<usize>,
     mount_entries: usize,
+    port_index: Vec<usize>,
     diags: &'a mut Vec<Diagnostic>,
 }
 
@@ -386,8 +391,8 @@ impl Walker<'_> {
         out
     }
 
-    /// `[env]`, `[[tool]]` and `[cache]`: user config only (they name host paths and decide
-    /// what every sandbox of every project sees).
+    /// `[env]`, `[[tool]]`, `[cache]` and `[[ports]]`: user config only (they name host paths
+    /// or host ports and decide what every sandbox of every project sees).
     fn host_environment(&mut self, root: &dyn TableLike, raw: &mut RawConfig) {
         if self.allowed_here(root, "", "env", "environment settings (`[env]`)") {
             if let Some(t) = root.get("env").and_then(|i| self.table(i, "env")) {
@@ -414,6 +419,19 @@ impl Walker<'_> {
                 raw.cache = Some(RawCache {
                     shared: self.leaf(t, "cache", "shared"),
                 });
+            }
+        }
+        if self.allowed_here(root, "", "ports", "published ports (`[[ports]]`)") {
+            if let Some(item) = root.get("ports") {
+                for (index, (p, t)) in self.tables(item, "ports").into_iter().enumerate() {
+                    self.keys(t, &p, PORT_KEYS);
+                    let host = self.required::<u16>(t, &p, "host");
+                    let guest = self.required::<u16>(t, &p, "guest");
+                    if let (Some(host), Some(guest)) = (host, guest) {
+                        raw.ports.push(RawPort { host, guest });
+                        self.port_index.push(index);
+                    }
+                }
             }
         }
     }
@@ -655,6 +673,10 @@ name = "rust"
 
 [cache]
 shared = true
+
+[[ports]]
+host = 8080
+guest = 3000
 "#;
 
     fn parse(text: &str, role: FileRole) -> (RawConfig, Vec<Diagnostic>) {
@@ -693,6 +715,7 @@ shared = true
         assert_eq!(set(ENV_KEYS), schema_keys::<RawEnv>());
         assert_eq!(set(TOOL_KEYS), schema_keys::<RawTool>());
         assert_eq!(set(CACHE_KEYS), schema_keys::<RawCache>());
+        assert_eq!(set(PORT_KEYS), schema_keys::<RawPort>());
     }
 
     #[test]
@@ -711,7 +734,8 @@ shared = true
                 "agents.claude.persist_state",
                 "env",
                 "tool",
-                "cache"
+                "cache",
+                "ports"
             ]
         );
         assert!(raw.mount.is_empty());
@@ -720,6 +744,7 @@ shared = true
         assert!(net.extra_ca.is_none() && net.host_port.is_empty());
         assert_eq!(raw.agents["claude"].credentials, None);
         assert!(raw.env.is_none() && raw.tool.is_empty() && raw.cache.is_none());
+        assert!(raw.ports.is_empty());
         assert_eq!(raw.agents["claude"].sync_config, Some(false));
     }
 

@@ -71,6 +71,23 @@ pub struct RawConfig {
     pub tool: Vec<RawTool>,
     /// User config only. The package cache mapped into sandboxes (P2).
     pub cache: Option<RawCache>,
+    /// User config only. Host loopback ports forwarded into every sandbox on each `up`
+    /// (at most 32), like `airlock ports --publish HOST:GUEST`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    pub ports: Vec<RawPort>,
+}
+
+/// `[[ports]]` (user config only): a forward from host `127.0.0.1:host` to sandbox port `guest`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawPort {
+    /// Port on the host's loopback interface (1–65535), unique among the entries.
+    #[schemars(range(min = 1))]
+    pub host: u16,
+    /// Port inside the sandbox (1–65535).
+    #[schemars(range(min = 1))]
+    pub guest: u16,
 }
 
 /// `[[unprotect]]` (user config only): protected paths a sandbox of one project may change.
@@ -278,11 +295,14 @@ pub(crate) const CONFIG_KEYS: &[&str] = &[
     "env",
     "tool",
     "cache",
+    "ports",
 ];
 /// Keys of [`RawEnv`].
 pub(crate) const ENV_KEYS: &[&str] = &["vars", "path_prepend"];
 /// Keys of [`RawTool`].
 pub(crate) const TOOL_KEYS: &[&str] = &["name"];
+/// Keys of [`RawPort`].
+pub(crate) const PORT_KEYS: &[&str] = &["host", "guest"];
 /// Keys of [`RawCache`].
 pub(crate) const CACHE_KEYS: &[&str] = &["shared"];
 /// Keys of [`RawMount`].

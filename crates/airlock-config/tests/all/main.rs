@@ -8,6 +8,7 @@ mod effective;
 mod git_worktree;
 mod mounts;
 mod policy;
+mod ports;
 mod protect;
 mod reference;
 mod sandbox_git;

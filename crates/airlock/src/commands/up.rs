@@ -141,6 +141,11 @@ pub fn run(args: UpArgs, ctx: &Context) -> Result<Report, CommandError> {
         &effective,
         &roots,
     )?);
+    // Issue 11: the user config's `[[ports]]`, on every `up` (fresh or retained).
+    notes.extend(super::ports::publish_configured(
+        &outcome.record.paths.runtime_dir,
+        &effective.ports,
+    ));
     let (lines, json) = summary(&name, &outcome, total);
     // S1: every `up` makes sure the default session exists; attaching creates it.
     let plan = AttachPlan::new(

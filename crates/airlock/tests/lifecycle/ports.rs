@@ -151,3 +151,101 @@ fn published_ports_listen_on_loopback_only() {
         "both published ports are the keeper's listeners"
     );
 }
+
+fn has_python3() -> bool {
+    let found = std::process::Command::new("python3")
+        .arg("--version")
+        .output()
+        .is_ok();
+    if !found {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "python3 is needed for this test"
+        );
+        eprintln!("skipped: no python3 for the sandbox web server");
+    }
+    found
+}
+
+#[test]
+fn user_config_ports_are_published_on_every_up_without_a_ports_command() {
+    if !has_python3() {
+        return;
+    }
+    let p = Project::new();
+    let host = free_port();
+    p.env
+        .write_user_config(&format!("[[ports]]\nhost = {host}\nguest = 3000\n"));
+    let plan = p.run(&["plan"]);
+    plan.assert_code(0);
+    let line = format!("127.0.0.1:{host} -> sandbox port 3000");
+    assert!(plan.stdout.contains(&line), "{}", plan.stdout);
+    p.up();
+    serve_in_sandbox(&p, 3000);
+    assert!(
+        wait_until(Duration::from_secs(10), || get(host)
+            .is_some_and(|b| b.contains("sandbox-page"))),
+        "the sandbox page is not reachable on 127.0.0.1:{host} after up"
+    );
+    assert_eq!(published(&p), [(u64::from(host), 3000)]);
+    // A second `up` finds the sandbox retained and the port already published: no warning.
+    let again = p.run(&["up", "--no-attach"]);
+    again.assert_code(0);
+    assert!(!again.stderr.contains("warning"), "{}", again.stderr);
+    assert!(!again.stdout.contains("warning"), "{}", again.stdout);
+    assert_eq!(published(&p), [(u64::from(host), 3000)]);
+    // Unpublished by hand, the next `up` publishes it again.
+    p.run(&["ports", "--unpublish", &host.to_string()])
+        .assert_code(0);
+    p.up();
+    assert_eq!(published(&p), [(u64::from(host), 3000)]);
+    assert!(get(host).is_some_and(|b| b.contains("sandbox-page")));
+}
+
+#[test]
+fn user_config_port_in_use_is_a_warning_naming_it_and_up_succeeds() {
+    let p = Project::new();
+    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let free = free_port();
+    p.env.write_user_config(&format!(
+        "[[ports]]\nhost = {port}\nguest = 80\n[[ports]]\nhost = {free}\nguest = 81\n"
+    ));
+    let run = p.run(&["up", "--no-attach"]);
+    run.assert_code(0);
+    let out = format!("{}{}", run.stdout, run.stderr);
+    let warning = out
+        .lines()
+        .find(|l| l.contains("warning") && l.contains(&format!("host port {port} ")))
+        .unwrap_or_else(|| panic!("no warning naming port {port}:\n{out}"));
+    assert!(warning.contains("in use"), "{warning}");
+    assert_eq!(published(&p), [(u64::from(free), 81)]);
+}
+
+#[test]
+fn project_config_with_ports_is_a_config_error() {
+    let p = Project::new();
+    p.env
+        .write_project_config(&p.dir, "[[ports]]\nhost = 8080\nguest = 3000\n");
+    let run = p.run(&["up", "--no-attach"]);
+    run.assert_code(2);
+    assert!(run.stderr.contains("ports"), "{}", run.stderr);
+    assert!(run.stderr.contains("user config"), "{}", run.stderr);
+    assert!(p.status()["ports"].as_array().is_none_or(|a| a.is_empty()));
+}
+
+#[test]
+fn bad_user_config_ports_are_reported_together_before_anything_starts() {
+    let p = Project::new();
+    p.env.write_user_config(
+        "[[ports]]\nhost = 0\nguest = 3000\n[[ports]]\nhost = 9000\nguest = 1\n\
+         [[ports]]\nhost = 9000\nguest = 2\naddress = \"0.0.0.0\"\n",
+    );
+    let run = p.run(&["plan"]);
+    run.assert_code(2);
+    for key in ["ports[0].host", "ports[2].host", "ports[2].address"] {
+        assert!(run.stderr.contains(key), "{key}: {}", run.stderr);
+    }
+    p.run(&["up", "--no-attach"]).assert_code(2);
+    assert_ne!(p.health(), "ready");
+}

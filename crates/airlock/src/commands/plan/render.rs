@@ -282,6 +282,19 @@ fn mappings(doc: &mut Doc, e: &Effective) {
             ],
         );
     }
+    for p in &e.ports {
+        doc.styled_field(
+            1,
+            "published port",
+            &[
+                (
+                    Style::Plain,
+                    &format!("127.0.0.1:{} -> sandbox port {}", p.host, p.guest),
+                ),
+                (Style::Dim, "  (user, on every up)"),
+            ],
+        );
+    }
 }
 
 fn rule_spans(r: &Rule) -> (String, String) {

@@ -48,7 +48,10 @@ fn bad_port_entries_are_reported_together_with_their_lines() {
     assert!(find(&diags, "ports[1].guest").line > 0);
     assert!(find(&diags, "ports[2].bind").line > 0);
     let dup = find(&diags, "ports[4].host");
-    assert!(dup.message.contains("8082") && dup.message.contains("twice"), "{dup}");
+    assert!(
+        dup.message.contains("8082") && dup.message.contains("twice"),
+        "{dup}"
+    );
     assert_eq!(dup.line, 15, "the line of the second `host = 8082`");
     assert!(find(&diags, "ports[5].host").message.contains("missing"));
 }

@@ -183,16 +183,25 @@ fn prepare<T>(
         "pipe",
         rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC),
     )?;
+    // Both the intermediate (`pid1 N`) and PID 1 (`ready`) write to the handshake socket, and
+    // the host reads them in that order: PID 1 says `ready` only once the intermediate has
+    // said `pid1` (it closes `said_w` after sending), or a busy machine can swap the two lines.
+    let (said_r, said_w) = sys(
+        "pipe",
+        rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC),
+    )?;
     match sys("fork", fork_single_threaded())? {
         Forked::Parent { child } => {
-            drop((alive_r, control, mounts));
+            drop((alive_r, control, mounts, said_r));
             sync.send(&format!("pid1 {child}"))?;
+            drop(said_w);
             intermediate_wait(child, alive_w)
         }
         Forked::Child => {
-            drop(alive_w);
+            drop((alive_w, said_w));
             pid1_setup(&boot, alive_r, &mut mounts)?;
             let prepared = preflight().map_err(InitError::Preflight)?;
+            wait_for_close(said_r);
             sync.send("ready")?;
             let handoff = Handoff {
                 control,
@@ -203,6 +212,17 @@ fn prepare<T>(
                 spec: boot.spec,
             };
             Ok((handoff, prepared))
+        }
+    }
+}
+
+/// Blocks until every write end of `pipe` is closed (or a byte arrives).
+fn wait_for_close(pipe: OwnedFd) {
+    let mut byte = [0u8; 1];
+    loop {
+        match rustix::io::read(&pipe, &mut byte) {
+            Err(rustix::io::Errno::INTR) => continue,
+            Ok(_) | Err(_) => return,
         }
     }
 }

@@ -56,7 +56,7 @@ impl Runner {
         let user = std::fs::read_to_string("/etc/passwd")
             .ok()
             .and_then(|text| airlock_linux::doctor::user_name_for(&text, uid))
-            .or_else(|| std::env::var("USER").ok())
+            .or_else(|| std::env::var(airlock_env::USER).ok())
             .unwrap_or_default();
         let ids = airlock_linux::idmap::HostIds::probe(uid, gid, &user);
         // The root-invoker range is irrelevant: root imports in process.

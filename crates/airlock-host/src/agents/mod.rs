@@ -212,7 +212,17 @@ pub fn setup_ready(
         install::Installed::NoAgent | install::Installed::Present => {}
     }
     let base = home::base_files(eff, roots);
-    home::apply(&host.backend, &record, &eff.home.sandbox_path, &base.files)?;
+    // The home files (synced agent configuration, git's configuration) are conveniences: an
+    // image that cannot take them (no working /bin/sh, a read-only home) still comes up, and
+    // `up` says what is missing instead of failing.
+    if let Err(e) = home::apply(&host.backend, &record, &eff.home.sandbox_path, &base.files) {
+        let hint = e
+            .hint
+            .as_deref()
+            .map(|h| format!(" ({h})"))
+            .unwrap_or_default();
+        notes.push(format!("warning: {}{hint}", e.message));
+    }
     notes.extend(base.notes);
     notes.extend(credential_notes(eff, roots));
     Ok(notes)

@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use airlock_config::agents::AgentSpec;
 use airlock_config::effective::Agent;
 use airlock_config::raw::WorkspaceMode;
-use airlock_config::{env_vars, Effective, Roots};
+use airlock_config::{Effective, Roots};
 use airlock_linux::spec::{Mapping, SandboxSpec};
 
 use crate::error::HostError;
@@ -71,16 +71,11 @@ pub fn extend_spec(eff: &Effective, roots: &Roots, sandbox: &str, spec: &mut San
             writable: false,
         });
         let bin = inside.join("bin");
-        match spec.env.iter_mut().find(|(k, _)| k == env_vars::PATH) {
-            Some((_, path)) => {
-                path.push(':');
-                path.push_str(&bin.to_string_lossy());
-            }
-            None => spec.env.push((
-                env_vars::PATH.to_owned(),
-                bin.to_string_lossy().into_owned(),
-            )),
-        }
+        crate::provision::host_env::add_to_path(
+            spec,
+            &bin.to_string_lossy(),
+            crate::provision::host_env::PathEnd::Back,
+        );
     }
     for agent in eff.agents.iter().filter(|a| a.persist_state.value) {
         let host = state_dir(roots, agent.spec);

@@ -108,10 +108,31 @@ fn set_env(spec: &mut SandboxSpec, env: Vec<(String, String)>, prepend: &[String
     if prepend.is_empty() {
         return;
     }
-    let front = prepend.join(":");
+    add_to_path(spec, &prepend.join(":"), PathEnd::Front);
+}
+
+/// Where [`add_to_path`] puts its entries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PathEnd {
+    /// Searched before everything already on `PATH` (`[env] path_prepend`, `[[tool]]`).
+    Front,
+    /// Searched after it (an installed agent: the image's own command wins).
+    Back,
+}
+
+/// Adds `entries` (one or more `:`-separated directories) to the sandbox's `PATH`, creating the
+/// variable when the spec has none: the one place that edits `PATH` of a spec.
+pub(crate) fn add_to_path(spec: &mut SandboxSpec, entries: &str, end: PathEnd) {
     match spec.env.iter_mut().find(|(n, _)| n == env_vars::PATH) {
-        Some((_, path)) => *path = format!("{front}:{path}"),
-        None => spec.env.push((env_vars::PATH.to_owned(), front)),
+        Some((_, path)) => {
+            *path = match end {
+                PathEnd::Front => format!("{entries}:{path}"),
+                PathEnd::Back => format!("{path}:{entries}"),
+            }
+        }
+        None => spec
+            .env
+            .push((env_vars::PATH.to_owned(), entries.to_owned())),
     }
 }
 
@@ -156,5 +177,19 @@ mod tests {
                 ("A".to_owned(), "2".to_owned())
             ]
         );
+    }
+
+    #[test]
+    fn an_agent_directory_goes_behind_path_and_creates_it_when_absent() {
+        let mut with = spec();
+        add_to_path(&mut with, "/a/bin", PathEnd::Back);
+        assert_eq!(
+            with.env,
+            vec![("PATH".to_owned(), "/usr/bin:/bin:/a/bin".to_owned())]
+        );
+        let mut without = spec();
+        without.env.clear();
+        add_to_path(&mut without, "/a/bin", PathEnd::Back);
+        assert_eq!(without.env, vec![("PATH".to_owned(), "/a/bin".to_owned())]);
     }
 }

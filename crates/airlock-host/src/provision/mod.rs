@@ -20,7 +20,7 @@
 //!    ended; the sandbox stays `ready` (P3). Ctrl+C stops the running step (SIGTERM to its
 //!    process group, SIGKILL after [`STOP_GRACE`]) and `up` exits 130 saying what it left.
 
-mod host_env;
+pub(crate) mod host_env;
 mod output;
 mod runner;
 

@@ -11,7 +11,7 @@ use std::process::Command;
 
 use crate::common::{Run, TestEnv};
 
-/// A sandboxed project directory whose drop runs `airlock down`.
+/// A sandboxed project directory (the world's drop runs `airlock down`).
 pub struct Sandboxed<'a> {
     pub env: &'a TestEnv,
     pub dir: PathBuf,
@@ -24,12 +24,6 @@ impl Sandboxed<'_> {
 
     pub fn exec(&self, script: &str) -> Run {
         self.run(&["exec", "--", "sh", "-c", script])
-    }
-}
-
-impl Drop for Sandboxed<'_> {
-    fn drop(&mut self) {
-        let _ = self.run(&["down"]);
     }
 }
 

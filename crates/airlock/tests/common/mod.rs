@@ -71,6 +71,33 @@ impl Run {
     }
 }
 
+/// A test that fails after `up` must not leave its sandbox and keeper running: dropping the
+/// world brings down every sandbox still recorded in it, as the user whose record it is (root,
+/// or the T4 test user), before the temporary directory goes. A world that never ran `up`
+/// has no record, and nothing is run.
+impl Drop for TestEnv {
+    fn drop(&mut self) {
+        let records = self.state_home().join("airlock/lifecycle/sandboxes");
+        let Ok(entries) = fs::read_dir(&records) else {
+            return;
+        };
+        let test_uid = test_user().map(|(uid, _)| uid);
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let Ok(meta) = entry.metadata() else { continue };
+            if name.starts_with('.') || !meta.is_file() {
+                continue;
+            }
+            let args = ["down", "--name", name.as_str()];
+            if Some(meta.uid()) == test_uid {
+                let _ = self.run_as_test_user_in(&self.home, &args);
+            } else {
+                let _ = self.run_in(&self.home, &args);
+            }
+        }
+    }
+}
+
 impl Default for TestEnv {
     fn default() -> Self {
         Self::new()

@@ -328,13 +328,6 @@ fn an_unprivileged_user_pushes_and_pulls_with_the_sandbox_users_rights_only() {
     };
     let p = Project::new();
     let as_user = |args: &[&str]| p.env.run_as_test_user_in(&p.dir, args).expect("test user");
-    struct Down<'a>(&'a Project);
-    impl Drop for Down<'_> {
-        fn drop(&mut self) {
-            let _ = self.0.env.run_as_test_user_in(&self.0.dir, &["down"]);
-        }
-    }
-    let _down = Down(&p);
     let src = p.env.dir("data");
     fs::write(src.join("f"), "from the host").unwrap();
     as_user(&["up", "--no-attach"]).assert_code(0);

@@ -1,7 +1,7 @@
 //! Persistent sandboxes (issue 4, PRODUCT §4): `up`, `exec`, `status`, `ls`, `down`, `clean`,
 //! run as the real binary, each test in its own [`TestEnv`] world. Every test that creates a
-//! sandbox holds a [`Project`] whose drop runs `airlock down`, so a failing assertion never
-//! leaks a sandbox. No assertion depends on wall-clock speed: waits are bounded polls.
+//! sandbox does so in a [`TestEnv`] world, whose drop runs `airlock down` for every sandbox
+//! still recorded in it, so a failing assertion never leaks a sandbox. No assertion depends on wall-clock speed: waits are bounded polls.
 
 mod crash;
 mod files;
@@ -78,12 +78,6 @@ impl Project {
         serde_json::from_str::<serde_json::Value>(&text)
             .ok()
             .map(|v| v["data"].clone())
-    }
-}
-
-impl Drop for Project {
-    fn drop(&mut self) {
-        let _ = self.run(&["down"]);
     }
 }
 

@@ -484,3 +484,32 @@ fn exec_of_a_command_that_fills_memory_is_reported_out_of_memory_with_137() {
     );
     assert!(!run.stderr.contains("bug in airlock"), "{}", run.stderr);
 }
+
+/// The harness itself: a test that fails after `up` leaves nothing running, because dropping
+/// its world brings down every sandbox recorded in it (keeper, PID 1 and all).
+#[test]
+fn a_test_that_fails_after_up_leaves_no_keeper_or_sandbox_running() {
+    let env = crate::common::TestEnv::new();
+    let dir = env.git_project("proj");
+    let up = env.run_in(&dir, &["up", "--no-attach", "--json"]);
+    up.assert_code(0);
+    let name = up.json()["name"].as_str().unwrap().to_owned();
+    let path = env
+        .state_home()
+        .join("airlock/lifecycle/sandboxes")
+        .join(&name);
+    let record: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let keeper = record["data"]["keeper"]["pid"].as_u64().unwrap();
+    let guest = record["data"]["guest"]["pid"].as_u64().unwrap();
+    assert!(alive(keeper) && alive(guest));
+    let failed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+        let _world = env;
+        panic!("an assertion of the test failed");
+    }));
+    assert!(failed.is_err());
+    assert!(
+        wait_until(Duration::from_secs(10), || !alive(keeper) && !alive(guest)),
+        "the keeper ({keeper}) or PID 1 ({guest}) outlived the failed test's world"
+    );
+}

@@ -4,7 +4,7 @@ use crate::common::{skip_without_test_user, test_user, Run};
 
 use super::Project;
 
-/// Runs `down` as the test user when dropped, so a failed assertion leaks no sandbox.
+/// Runs airlock as the test user (the world's drop runs `down` as that user too).
 struct AsTestUser<'a>(&'a Project);
 
 impl AsTestUser<'_> {
@@ -13,12 +13,6 @@ impl AsTestUser<'_> {
             .env
             .run_as_test_user_in(&self.0.dir, args)
             .expect("test user")
-    }
-}
-
-impl Drop for AsTestUser<'_> {
-    fn drop(&mut self) {
-        let _ = self.0.env.run_as_test_user_in(&self.0.dir, &["down"]);
     }
 }
 

@@ -114,13 +114,6 @@ fn an_unprivileged_user_gets_a_default_session_running_as_themselves() {
     };
     let p = Project::new();
     let run = |args: &[&str]| p.env.run_as_test_user_in(&p.dir, args).expect("test user");
-    struct Down<'a>(&'a Project);
-    impl Drop for Down<'_> {
-        fn drop(&mut self) {
-            let _ = self.0.env.run_as_test_user_in(&self.0.dir, &["down"]);
-        }
-    }
-    let _down = Down(&p);
     run(&["up", "--no-attach"]).assert_code(0);
     let list = run(&["sessions", "--json"]);
     list.assert_code(0);

@@ -9,13 +9,30 @@ use crate::lifecycle::{alive, kill9, Project};
 
 const WAIT: Duration = Duration::from_secs(20);
 
-/// A project and a terminal `w1` (100×30) in its directory. The terminal is declared last so
-/// it closes first, before the project's `down`.
-fn world() -> (Project, Tmux) {
+/// A project and a terminal `w1` (100×30) in its directory, when tmux is there (see
+/// [`have_tmux`]). The terminal is declared last so it closes first, before the world's `down`.
+fn world() -> Option<(Project, Tmux)> {
+    if !have_tmux() {
+        return None;
+    }
     let p = Project::new();
     let tmux = Tmux::new();
     tmux.window("w1", &p.env, &p.dir, 100, 30);
-    (p, tmux)
+    Some((p, tmux))
+}
+
+/// Once the session lost its only client (`w1`), it still runs and a new terminal `w2`
+/// attaches to it and shows `marker` (typed before the client went).
+fn reattach_in_a_new_terminal(p: &Project, tmux: &Tmux, marker: &str) {
+    assert!(
+        wait_until(WAIT, || clients(p) == Some(0)),
+        "{:?}",
+        sessions(p)
+    );
+    assert_eq!(session(p, "main").unwrap()["state"], "running");
+    tmux.window("w2", &p.env, &p.dir, 100, 30);
+    tmux.line("w2", "\"$A\" attach");
+    tmux.expect("w2", marker);
 }
 
 /// Runs `"$A" ARGS` in window `w` and waits for the marker a command typed in the session
@@ -23,7 +40,7 @@ fn world() -> (Project, Tmux) {
 fn attached(tmux: &Tmux, w: &str, args: &str) {
     tmux.line(w, &format!("\"$A\" {args}"));
     tmux.line(w, "echo in-session-$((6*7))");
-    assert!(tmux.wait_for(w, "in-session-42"), "{}", tmux.screen(w));
+    tmux.expect(w, "in-session-42");
 }
 
 /// The `airlock` client running in window `w`.
@@ -46,10 +63,7 @@ fn clients(p: &Project) -> Option<u64> {
 
 #[test]
 fn up_ends_attached_to_the_default_session_and_keys_reach_it() {
-    if !have_tmux() {
-        return;
-    }
-    let (p, tmux) = world();
+    let Some((p, tmux)) = world() else { return };
     attached(&tmux, "w1", "up");
     let main = session(&p, "main").expect("the default session exists");
     assert_eq!(
@@ -59,27 +73,20 @@ fn up_ends_attached_to_the_default_session_and_keys_reach_it() {
     // The session runs in the workspace, with the terminal's TERM.
     tmux.line("w1", "echo \"cwd=$(pwd) term=$TERM\"");
     let expected = format!("cwd={} term=screen", p.dir.display());
-    assert!(tmux.wait_for("w1", &expected), "{}", tmux.screen("w1"));
+    tmux.expect("w1", &expected);
 }
 
 #[test]
 fn detaching_leaves_the_session_running_and_attach_redraws_a_full_screen_program() {
-    if !have_tmux() {
-        return;
-    }
-    let (p, tmux) = world();
+    let Some((p, tmux)) = world() else { return };
     let lines: String = (1..=200).map(|i| format!("page-line-{i:03}\n")).collect();
     std::fs::write(p.dir.join("pages.txt"), lines).unwrap();
     attached(&tmux, "w1", "up");
     tmux.line("w1", "less pages.txt");
-    assert!(tmux.wait_for("w1", "page-line-001"));
+    tmux.expect("w1", "page-line-001");
     tmux.key("w1", "C-]");
-    assert!(
-        tmux.wait_for("w1", "detached from session main"),
-        "{}",
-        tmux.screen("w1")
-    );
-    assert!(tmux.wait_for("w1", "host$"));
+    tmux.expect("w1", "detached from session main");
+    tmux.expect("w1", "host$");
     assert!(
         !tmux.screen("w1").contains("page-line-001"),
         "the host screen is back"
@@ -89,78 +96,37 @@ fn detaching_leaves_the_session_running_and_attach_redraws_a_full_screen_program
 
     tmux.line("w1", "clear; \"$A\" attach");
     // No key typed: the redraw alone shows less's page.
-    assert!(
-        tmux.wait_for("w1", "page-line-001"),
-        "{}",
-        tmux.screen("w1")
-    );
+    tmux.expect("w1", "page-line-001");
     tmux.key("w1", "q");
     // Quitting less shows the shell screen the session had under it.
-    assert!(
-        tmux.wait_for("w1", "less pages.txt"),
-        "{}",
-        tmux.screen("w1")
-    );
+    tmux.expect("w1", "less pages.txt");
     assert!(!tmux.screen("w1").contains("page-line-001"));
 }
 
 #[test]
 fn a_session_survives_a_sigkilled_client() {
-    if !have_tmux() {
-        return;
-    }
-    let (p, tmux) = world();
+    let Some((p, tmux)) = world() else { return };
     attached(&tmux, "w1", "up");
     kill9(u64::from(client_pid(&tmux, "w1")));
-    assert!(
-        wait_until(WAIT, || clients(&p) == Some(0)),
-        "{:?}",
-        sessions(&p)
-    );
-    assert_eq!(session(&p, "main").unwrap()["state"], "running");
-    tmux.window("w2", &p.env, &p.dir, 100, 30);
-    tmux.line("w2", "\"$A\" attach");
-    assert!(
-        tmux.wait_for("w2", "in-session-42"),
-        "{}",
-        tmux.screen("w2")
-    );
+    reattach_in_a_new_terminal(&p, &tmux, "in-session-42");
 }
 
 #[test]
 fn a_session_survives_a_closed_terminal() {
-    if !have_tmux() {
-        return;
-    }
-    let (p, tmux) = world();
+    let Some((p, tmux)) = world() else { return };
     attached(&tmux, "w1", "up");
     tmux.line("w1", "echo before-close-$((1+1))");
-    assert!(tmux.wait_for("w1", "before-close-2"));
+    tmux.expect("w1", "before-close-2");
     tmux.close("w1");
-    assert!(
-        wait_until(WAIT, || clients(&p) == Some(0)),
-        "{:?}",
-        sessions(&p)
-    );
-    assert_eq!(session(&p, "main").unwrap()["state"], "running");
-    tmux.window("w2", &p.env, &p.dir, 100, 30);
-    tmux.line("w2", "\"$A\" attach");
-    assert!(
-        tmux.wait_for("w2", "before-close-2"),
-        "{}",
-        tmux.screen("w2")
-    );
+    reattach_in_a_new_terminal(&p, &tmux, "before-close-2");
 }
 
 #[test]
 fn a_resized_terminal_resizes_the_session() {
-    if !have_tmux() {
-        return;
-    }
-    let (p, tmux) = world();
+    let Some((p, tmux)) = world() else { return };
     attached(&tmux, "w1", "up");
     tmux.line("w1", "clear; stty size");
-    assert!(tmux.wait_for("w1", "30 100"), "{}", tmux.screen("w1"));
+    tmux.expect("w1", "30 100");
     tmux.resize("w1", 120, 40);
     // SIGWINCH → resize message → the session's PTY: asked only once it arrived.
     let size = |p: &Project| session(p, "main").map(|s| s["size"].clone());
@@ -171,36 +137,30 @@ fn a_resized_terminal_resizes_the_session() {
         size(&p)
     );
     tmux.line("w1", "clear; stty size");
-    assert!(tmux.wait_for("w1", "40 120"), "{}", tmux.screen("w1"));
+    tmux.expect("w1", "40 120");
 }
 
 #[test]
 fn two_clients_share_a_session_and_the_smaller_window_wins() {
-    if !have_tmux() {
-        return;
-    }
-    let (p, tmux) = world();
+    let Some((p, tmux)) = world() else { return };
     attached(&tmux, "w1", "up");
     tmux.window("w2", &p.env, &p.dir, 80, 24);
     tmux.line("w2", "\"$A\" attach");
     assert!(wait_until(WAIT, || clients(&p) == Some(2)));
     tmux.line("w1", "clear; echo typed-in-w1-$((2*3)); stty size");
     for w in ["w1", "w2"] {
-        assert!(tmux.wait_for(w, "typed-in-w1-6"), "{w}: {}", tmux.screen(w));
-        assert!(tmux.wait_for(w, "24 80"), "{w}: {}", tmux.screen(w));
+        tmux.expect(w, "typed-in-w1-6");
+        tmux.expect(w, "24 80");
     }
     tmux.key("w2", "C-]");
     assert!(wait_until(WAIT, || clients(&p) == Some(1)));
     tmux.line("w1", "clear; stty size");
-    assert!(tmux.wait_for("w1", "30 100"), "{}", tmux.screen("w1"));
+    tmux.expect("w1", "30 100");
 }
 
 #[test]
 fn the_terminal_is_restored_after_a_detach_and_after_sigterm() {
-    if !have_tmux() {
-        return;
-    }
-    let (p, tmux) = world();
+    let Some((p, tmux)) = world() else { return };
     let saved = p.env.root().join("stty-before");
     tmux.line("w1", &format!("stty -g > '{}'", saved.display()));
     attached(&tmux, "w1", "up");
@@ -208,23 +168,19 @@ fn the_terminal_is_restored_after_a_detach_and_after_sigterm() {
     // paste, application cursor keys, a hidden cursor.
     tmux.line("w1", "printf '\\033[?1000h\\033[?2004h\\033[?1h\\033[?25l'");
     tmux.key("w1", "C-]");
-    assert!(tmux.wait_for("w1", "detached from session main"));
+    tmux.expect("w1", "detached from session main");
     let check = format!(
         "stty -g | cmp -s - '{}' && echo termios-restored-$((3*3))",
         saved.display()
     );
     tmux.line("w1", &check);
-    assert!(
-        tmux.wait_for("w1", "termios-restored-9"),
-        "{}",
-        tmux.screen("w1")
-    );
+    tmux.expect("w1", "termios-restored-9");
     let modes = tmux_modes(&tmux, "w1");
     assert_eq!(modes, "0 0 1", "mouse reporting, cursor keys, cursor shown");
 
     tmux.line("w1", "clear; \"$A\" attach");
     tmux.line("w1", "echo again-$((4*4))");
-    assert!(tmux.wait_for("w1", "again-16"));
+    tmux.expect("w1", "again-16");
     let pid = client_pid(&tmux, "w1");
     assert!(std::process::Command::new("kill")
         .args(["-TERM", &pid.to_string()])
@@ -237,11 +193,7 @@ fn the_terminal_is_restored_after_a_detach_and_after_sigterm() {
         "attach outlived SIGTERM"
     );
     tmux.line("w1", &check.replace("$((3*3))", "$((5*5))"));
-    assert!(
-        tmux.wait_for("w1", "termios-restored-25"),
-        "{}",
-        tmux.screen("w1")
-    );
+    tmux.expect("w1", "termios-restored-25");
     assert_eq!(session(&p, "main").unwrap()["state"], "running");
 }
 
@@ -267,15 +219,11 @@ fn a_configured_detach_key_sequence_replaces_ctrl_right_bracket() {
     tmux.key("w1", "C-p");
     tmux.key("w1", "x");
     tmux.key("w1", "Enter");
-    assert!(tmux.wait_for("w1", "^]^Px"), "{}", tmux.screen("w1"));
+    tmux.expect("w1", "^]^Px");
     tmux.key("w1", "C-c");
     tmux.key("w1", "C-p");
     tmux.key("w1", "C-q");
-    assert!(
-        tmux.wait_for("w1", "detached from session main"),
-        "{}",
-        tmux.screen("w1")
-    );
+    tmux.expect("w1", "detached from session main");
 }
 
 #[test]
@@ -289,40 +237,29 @@ fn layout_tmux_runs_agent_edit_and_shell_windows_attached_or_created() {
     tmux.window("w1", &p.env, &p.dir, 100, 30);
     tmux.line("w1", "\"$A\" up");
     for window in ["0:agent", "1:edit", "2:shell"] {
-        assert!(
-            tmux.wait_for("w1", window),
-            "{window}: {}",
-            tmux.screen("w1")
-        );
+        tmux.expect("w1", window);
     }
     tmux.line("w1", "echo in-tmux-$((7*7))");
-    assert!(tmux.wait_for("w1", "in-tmux-49"), "{}", tmux.screen("w1"));
+    tmux.expect("w1", "in-tmux-49");
     // Killing airlock's session leaves the tmux server; the next attach joins it again
     // instead of creating more windows.
     tmux.key("w1", "C-]");
-    assert!(tmux.wait_for("w1", "detached from session main"));
+    tmux.expect("w1", "detached from session main");
     p.run(&["sessions", "kill", "main"]).assert_code(0);
     tmux.line("w1", "clear; \"$A\" attach");
-    assert!(tmux.wait_for("w1", "in-tmux-49"), "{}", tmux.screen("w1"));
-    assert!(tmux.wait_for("w1", "2:shell"));
+    tmux.expect("w1", "in-tmux-49");
+    tmux.expect("w1", "2:shell");
     assert!(!tmux.screen("w1").contains("3:"), "{}", tmux.screen("w1"));
 }
 
 #[test]
 fn a_sandbox_stopped_under_an_attached_client_ends_it_with_the_terminal_restored() {
-    if !have_tmux() {
-        return;
-    }
-    let (p, tmux) = world();
+    let Some((p, tmux)) = world() else { return };
     let saved = p.env.root().join("stty-before");
     tmux.line("w1", &format!("stty -g > '{}'", saved.display()));
     attached(&tmux, "w1", "up");
     p.run(&["down"]).assert_code(0);
-    assert!(
-        tmux.wait_for("w1", "session.closed"),
-        "{}",
-        tmux.screen("w1")
-    );
+    tmux.expect("w1", "session.closed");
     tmux.line(
         "w1",
         &format!(
@@ -330,25 +267,18 @@ fn a_sandbox_stopped_under_an_attached_client_ends_it_with_the_terminal_restored
             saved.display()
         ),
     );
-    assert!(tmux.wait_for("w1", "restored-64"), "{}", tmux.screen("w1"));
+    tmux.expect("w1", "restored-64");
 }
 
 #[test]
 fn a_second_up_reattaches_to_the_same_session_with_its_screen() {
-    if !have_tmux() {
-        return;
-    }
-    let (p, tmux) = world();
+    let Some((p, tmux)) = world() else { return };
     attached(&tmux, "w1", "up");
     let pid = session(&p, "main").unwrap()["pid"].clone();
     tmux.key("w1", "C-]");
-    assert!(tmux.wait_for("w1", "detached from session main"));
+    tmux.expect("w1", "detached from session main");
     tmux.line("w1", "clear; \"$A\" up");
-    assert!(
-        tmux.wait_for("w1", "in-session-42"),
-        "{}",
-        tmux.screen("w1")
-    );
+    tmux.expect("w1", "in-session-42");
     assert_eq!(
         session(&p, "main").unwrap()["pid"],
         pid,

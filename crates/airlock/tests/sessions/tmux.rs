@@ -84,7 +84,7 @@ impl Tmux {
         ]);
         self.ok(&["set-option", "-g", "status", "off"]);
         self.ok(&["set-option", "-t", name, "remain-on-exit", "on"]);
-        assert!(self.wait_for(name, "host$"), "{}", self.screen(name));
+        self.expect(name, "host$");
     }
 
     /// Types `text` literally.
@@ -112,6 +112,17 @@ impl Tmux {
     /// Waits until `needle` is on the screen.
     pub fn wait_for(&self, target: &str, needle: &str) -> bool {
         wait_until(SCREEN_WAIT, || self.screen(target).contains(needle))
+    }
+
+    /// Fails the test unless `needle` appears on the screen of `target` in time; the message
+    /// shows what the screen held instead.
+    #[track_caller]
+    pub fn expect(&self, target: &str, needle: &str) {
+        assert!(
+            self.wait_for(target, needle),
+            "{target}: no {needle:?} on the screen:\n{}",
+            self.screen(target)
+        );
     }
 
     /// Resizes a window (and so its only pane).

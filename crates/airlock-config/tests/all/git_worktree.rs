@@ -10,18 +10,7 @@ use crate::common::World;
 
 /// Whether git exists; without it these tests skip (and fail under CI).
 fn have_git() -> bool {
-    let ok = Command::new("git")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "git is required for these tests under CI"
-        );
-        eprintln!("skipping: git is not installed");
-    }
-    ok
+    airlock_testkit::needs_tool("git")
 }
 
 fn git(dir: &Path, args: &[&str]) {

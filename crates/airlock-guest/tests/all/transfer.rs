@@ -10,18 +10,12 @@ use std::path::Path;
 use airlock_files::{connect, pull, push, NoProgress, Outcome, Source, Target, TransferError};
 use airlock_protocol::{ErrorCode, ExitStatus};
 
-use crate::fixture::{is_root, request, Guest};
+use crate::fixture::{request, Guest};
 
 fn needs_root() -> bool {
-    if is_root() {
-        return true;
-    }
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "this test needs root; run scripts/test as root"
-    );
-    eprintln!("skipped: the sandbox user differs from the guest's only when started as root");
-    false
+    airlock_testkit::needs_root(
+        "the sandbox user differs from the guest's only when started as root",
+    )
 }
 
 /// A scratch directory every user may enter and write (the sandbox user is `nobody`).

@@ -86,10 +86,6 @@ impl World {
     }
 }
 
-fn is_root() -> bool {
-    rustix::process::geteuid().is_root()
-}
-
 #[test]
 fn plain_rootfs_tar_is_imported_with_modes_links_and_digest() {
     let w = world();
@@ -172,9 +168,7 @@ fn setuid_bits_are_stripped_and_devices_skipped() {
 
 #[test]
 fn archive_owners_are_kept_for_a_root_invoker() {
-    if !is_root() {
-        assert!(std::env::var_os("CI").is_none(), "CI runs this as root");
-        eprintln!("skipped: needs root to give files other owners");
+    if !airlock_testkit::needs_root("only root can give files other owners") {
         return;
     }
     let w = world();
@@ -198,8 +192,7 @@ fn archive_owners_are_kept_for_a_root_invoker() {
 
 #[test]
 fn owner_ids_beyond_the_sandbox_map_are_refused() {
-    if !is_root() {
-        eprintln!("skipped: ids are only kept (and checked) when importing as root");
+    if !airlock_testkit::needs_root("ids are only kept (and checked) when importing as root") {
         return;
     }
     let w = world();

@@ -22,11 +22,7 @@ fn registry_reachable() -> bool {
         .and_then(|mut a| a.next())
         .is_some_and(|a| TcpStream::connect_timeout(&a, Duration::from_secs(5)).is_ok());
     if !ok {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "registry.npmjs.org is required for the agent install test under CI"
-        );
-        eprintln!("skipping: registry.npmjs.org is not reachable");
+        airlock_testkit::skip("needs registry.npmjs.org, which is not reachable");
     }
     ok
 }

@@ -49,11 +49,10 @@ fn tiny_tree(rt: &Rt, dir: &Path) -> Option<PathBuf> {
     match out {
         Ok(o) if o.status.success() => {}
         other => {
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "cc -static failed (install gcc and libc6-dev): {other:?}"
-            );
-            eprintln!("skipped: no static C toolchain (cc -static): {other:?}");
+            airlock_testkit::skip(format_args!(
+                "needs a static C toolchain, `cc -static` failed (scripts/test installs gcc \
+                 and libc6-dev): {other:?}"
+            ));
             return None;
         }
     }

@@ -622,23 +622,16 @@ mod tests {
             sandbox: p.into(),
             writable: true,
         };
+        let user = HostUser {
+            uid: 1,
+            gid: 1,
+            name: "u".into(),
+            home: "/home/u".into(),
+        };
         let spec = SandboxSpec {
-            id: "t".into(),
-            image: Image::Host,
             workspaces: vec![m("/home/u/proj/sub")],
             mounts: vec![m("/home/u/proj"), m("/opt/x")],
-            user: HostUser {
-                uid: 1,
-                gid: 1,
-                name: "u".into(),
-                home: "/home/u".into(),
-            },
-            hostname: "h".into(),
-            env: vec![],
-            limits: Limits::default(),
-            require_root: false,
-            egress: None,
-            protect: vec![],
+            ..SandboxSpec::bare("t", user)
         };
         let order: Vec<_> = spec
             .mappings_in_mount_order()

@@ -166,6 +166,25 @@ pub struct Relay {
 }
 
 impl SandboxSpec {
+    /// A spec holding nothing but its id and invoker: the host's `/usr`, no mapping, no
+    /// environment, default limits, no egress (no way out), nothing protected, hostname `id`.
+    /// Whoever builds a sandbox fills in the rest.
+    pub fn bare(id: &str, user: HostUser) -> Self {
+        SandboxSpec {
+            id: id.to_owned(),
+            image: Image::Host,
+            workspaces: Vec::new(),
+            mounts: Vec::new(),
+            user,
+            hostname: id.to_owned(),
+            env: Vec::new(),
+            limits: Limits::default(),
+            require_root: false,
+            egress: None,
+            protect: Vec::new(),
+        }
+    }
+
     /// Every mapping, workspaces first, ordered so that a parent directory is mounted before any
     /// mapping nested inside it.
     pub fn mappings_in_mount_order(&self) -> Vec<&Mapping> {

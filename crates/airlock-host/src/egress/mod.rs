@@ -288,25 +288,14 @@ mod tests {
     use super::*;
 
     fn spec() -> SandboxSpec {
-        use airlock_linux::spec::{HostUser, Image, Limits};
-        SandboxSpec {
-            id: "t".into(),
-            image: Image::Host,
-            workspaces: vec![],
-            mounts: vec![],
-            user: HostUser {
-                uid: 1,
-                gid: 1,
-                name: "u".into(),
-                home: "/home/u".into(),
-            },
-            hostname: "h".into(),
-            env: vec![],
-            limits: Limits::default(),
-            require_root: false,
-            egress: None,
-            protect: vec![],
-        }
+        use airlock_linux::spec::HostUser;
+        let user = HostUser {
+            uid: 1,
+            gid: 1,
+            name: "u".into(),
+            home: "/home/u".into(),
+        };
+        SandboxSpec::bare("t", user)
     }
 
     fn network(ports: &[(u16, u16)]) -> Network {

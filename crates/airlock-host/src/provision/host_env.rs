@@ -139,26 +139,18 @@ pub(crate) fn add_to_path(spec: &mut SandboxSpec, entries: &str, end: PathEnd) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use airlock_linux::spec::{HostUser, Image, Limits};
+    use airlock_linux::spec::HostUser;
 
     fn spec() -> SandboxSpec {
+        let user = HostUser {
+            uid: 1,
+            gid: 1,
+            name: "u".into(),
+            home: "/home/u".into(),
+        };
         SandboxSpec {
-            id: "t".into(),
-            image: Image::Host,
-            workspaces: vec![],
-            mounts: vec![],
-            user: HostUser {
-                uid: 1,
-                gid: 1,
-                name: "u".into(),
-                home: "/home/u".into(),
-            },
-            hostname: "h".into(),
             env: vec![("PATH".into(), "/usr/bin:/bin".into())],
-            limits: Limits::default(),
-            require_root: false,
-            egress: None,
-            protect: vec![],
+            ..SandboxSpec::bare("t", user)
         }
     }
 

@@ -666,27 +666,20 @@ mod tests {
     use super::*;
 
     fn spec_with(ws: &Path, home: &Path) -> SandboxSpec {
+        let user = HostUser {
+            uid: 1,
+            gid: 1,
+            name: "u".into(),
+            home: home.into(),
+        };
+        let workspace = Mapping {
+            host: ws.into(),
+            sandbox: ws.into(),
+            writable: true,
+        };
         SandboxSpec {
-            id: "t".into(),
-            image: Image::Host,
-            workspaces: vec![Mapping {
-                host: ws.into(),
-                sandbox: ws.into(),
-                writable: true,
-            }],
-            mounts: vec![],
-            user: HostUser {
-                uid: 1,
-                gid: 1,
-                name: "u".into(),
-                home: home.into(),
-            },
-            hostname: "h".into(),
-            env: vec![],
-            limits: Limits::default(),
-            require_root: false,
-            egress: None,
-            protect: vec![],
+            workspaces: vec![workspace],
+            ..SandboxSpec::bare("t", user)
         }
     }
 

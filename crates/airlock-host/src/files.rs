@@ -101,6 +101,16 @@ pub fn open_transfer(host: &Host, record: &SandboxRecord) -> Result<Wire, HostEr
     airlock_files::connect(channel.stream, &key).map_err(|e| transfer_error(e, "files"))
 }
 
+/// The error of a transfer interrupted by Ctrl+C (exit 130): nothing was published.
+pub fn interrupted(verb: &str) -> HostError {
+    HostError::new(
+        ErrorKind::Interrupted,
+        "files.interrupted",
+        format!("{verb} interrupted; nothing was published"),
+    )
+    .with_hint(format!("run `airlock {verb}` again"))
+}
+
 /// A host path that could not be resolved: exit 1 (the command line was fine).
 pub fn resolve_error(e: &ResolveError) -> HostError {
     let code = match e {

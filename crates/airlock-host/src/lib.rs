@@ -8,10 +8,12 @@
 //! - [`egress`]: the egress proxy of a sandbox — materialized files, the supervised proxy child,
 //!   live reload of a running sandbox's policy.
 //! - [`files`]: the host side of `push`/`pull` (readiness, writable directories, the stream).
+//! - [`images`]: the host side of `image import|ls|rm`.
 //! - [`config`]: the effective configuration as the host loads it (trust read-only).
 //! - [`project`]: the active project of a working directory.
 //! - [`provision`]: provisioning on every `up`, the package cache, `[[tool]]` and `[env]`.
-//! - [`paths`]: airlock's private roots and the state files the verbs share.
+//! - [`paths`]: airlock's private roots and the state files the verbs share;
+//!   [`create_new::create_new`] for a file that must not exist yet (`init`, `config`).
 //! - [`sessions`]: the persistent sessions of a sandbox (S1–S4): the default session's spec
 //!   and the list/kill/ensure requests to the guest.
 //! - [`hidden`]: the hidden verbs (`__init`, `__keeper`, `__proxy`) as library functions.
@@ -22,10 +24,12 @@
 
 pub mod agents;
 pub mod config;
+pub mod create_new;
 pub mod egress;
 pub mod error;
 pub mod files;
 pub mod hidden;
+pub mod images;
 mod lib_errors;
 pub mod lifecycle;
 pub mod paths;

@@ -2,11 +2,17 @@
 //! message and next action. Every match is exhaustive, so a new library variant must be
 //! classified here before the host crate compiles.
 
+use airlock_config::edit::EditError;
 use airlock_config::{ConfigErrors, RootsError};
 use airlock_core::{
     AtomicWriteError, KnownRootsError, LockError, PrivateDirError, StateError, TrustError,
 };
+use airlock_image::{ImportError, StoreError};
+use airlock_protocol::{ClientError, ErrorCode};
+use airlock_proxy::audit::AuditError;
 use airlock_secrets::SecretError;
+
+use crate::create_new::CreateNewError;
 
 use crate::error::{ErrorKind, HostError};
 
@@ -209,6 +215,168 @@ impl From<SecretError> for HostError {
                 e,
                 "check the permissions and free space of airlock's data directory",
             ),
+        }
+    }
+}
+
+impl From<CreateNewError> for HostError {
+    fn from(e: CreateNewError) -> Self {
+        match &e {
+            CreateNewError::Exists { .. } => HostError::new(
+                ErrorKind::Config,
+                "file.exists",
+                format!("{e}; airlock never overwrites it"),
+            )
+            .with_hint("edit the existing file, or move it away to start from the template"),
+            CreateNewError::Create { .. } | CreateNewError::Write { .. } => {
+                HostError::internal("io.write", e.to_string())
+                    .with_hint("check the permissions and free space of that directory")
+            }
+        }
+    }
+}
+
+/// A command streamed by `run` or `exec` failed. The message can quote the guest: the binary
+/// escapes every message before it reaches a terminal.
+impl From<ClientError> for HostError {
+    fn from(e: ClientError) -> Self {
+        let (kind, code) = match &e {
+            ClientError::Remote(r) => match r.code {
+                ErrorCode::RootNotAllowed => {
+                    (ErrorKind::BackendUnavailable, "run.root_unavailable")
+                }
+                ErrorCode::BadRequest => (ErrorKind::Usage, "run.bad_request"),
+                ErrorCode::CommandNotFound
+                | ErrorCode::PermissionDenied
+                | ErrorCode::SpawnFailed => (ErrorKind::Failed, "run.spawn"),
+                // Transfer and forward codes (v3) never answer an exec.
+                ErrorCode::VersionMismatch
+                | ErrorCode::AuthFailed
+                | ErrorCode::UnexpectedMessage
+                | ErrorCode::Internal
+                | ErrorCode::NotFound
+                | ErrorCode::AlreadyExists
+                | ErrorCode::BadPath
+                | ErrorCode::Io
+                | ErrorCode::Corrupt
+                | ErrorCode::ConnectionRefused => (ErrorKind::Internal, "run.guest"),
+            },
+            ClientError::Request(_) => (ErrorKind::Usage, "run.bad_request"),
+            ClientError::Handshake(_)
+            | ClientError::Packet(_)
+            | ClientError::Unexpected { .. }
+            | ClientError::Closed
+            | ClientError::Clone(_) => (ErrorKind::Internal, "run.channel"),
+            ClientError::Output { .. } => (ErrorKind::Failed, "run.output"),
+        };
+        HostError::new(kind, code, e.to_string())
+            .with_hint("run `airlock doctor`; if it reports nothing, this is a bug in airlock")
+    }
+}
+
+/// The image store (`image import|ls|rm`, an imported image for a sandbox).
+impl From<StoreError> for HostError {
+    fn from(e: StoreError) -> Self {
+        let make = |kind, code, e: &StoreError, hint: &str| {
+            HostError::new(kind, code, e.to_string()).with_hint(hint)
+        };
+        match &e {
+            StoreError::Private(_) | StoreError::Io { .. } | StoreError::Write { .. } => make(
+                ErrorKind::Internal,
+                "image.io",
+                &e,
+                "check the permissions and free space of airlock's data directory",
+            ),
+            StoreError::Exists { name } => make(
+                ErrorKind::Failed,
+                "image.exists",
+                &e,
+                &format!("choose another --name, or `airlock image rm {name}` first"),
+            ),
+            StoreError::NotFound { .. } => make(
+                ErrorKind::Failed,
+                "image.not_found",
+                &e,
+                "`airlock image ls` lists the imported images",
+            ),
+            StoreError::Corrupt { .. } => make(
+                ErrorKind::Internal,
+                "image.corrupt",
+                &e,
+                "remove the image with `airlock image rm NAME` and import it again",
+            ),
+        }
+    }
+}
+
+/// An import or removal failed; the message can quote the archive.
+impl From<ImportError> for HostError {
+    fn from(e: ImportError) -> Self {
+        match e {
+            ImportError::Store(s) => s.into(),
+            ImportError::Refused { message } => HostError::new(
+                ErrorKind::Failed,
+                "image.refused",
+                format!("the archive was refused: {message}"),
+            )
+            .with_hint("nothing was imported; check where the archive came from"),
+            ImportError::Failed { message } => {
+                HostError::new(ErrorKind::Internal, "image.failed", message).with_hint(
+                    "nothing was imported; check free space and permissions, then try again",
+                )
+            }
+            ImportError::Helper(h) => {
+                HostError::new(ErrorKind::BackendUnavailable, "image.helper", h.to_string())
+                    .with_hint("`airlock doctor` checks user namespaces and subordinate ids")
+            }
+        }
+    }
+}
+
+/// `policy allow|deny` could not edit the user config.
+impl From<EditError> for HostError {
+    fn from(e: EditError) -> Self {
+        match e {
+            EditError::Invalid(errors) => {
+                let n = errors.diagnostics().len();
+                HostError::new(
+                    ErrorKind::Config,
+                    "config.invalid",
+                    format!("the user config has {n} error(s), so it was not changed:\n{errors}"),
+                )
+                .with_hint(
+                    "fix each listed key (`airlock config` opens the file), then run the command again",
+                )
+            }
+            EditError::Rejected(errors) => HostError::new(
+                ErrorKind::Config,
+                "policy.rejected",
+                format!(
+                    "the edited user config would not be valid, so it was not written:\n{errors}"
+                ),
+            )
+            .with_hint("fix the listed keys in the user config, then run the command again"),
+            e @ (EditError::Syntax { .. } | EditError::Shape { .. }) => {
+                HostError::new(ErrorKind::Config, "config.invalid", e.to_string()).with_hint(
+                    "make `network.allow` and `network.deny` arrays of strings, then run the command again",
+                )
+            }
+            e @ (EditError::Lock { .. } | EditError::Read { .. } | EditError::Write { .. }) => {
+                HostError::internal("config.io", e.to_string())
+                    .with_hint("check the permissions and free space of airlock's config directory")
+            }
+        }
+    }
+}
+
+/// `policy log` could not read the audit log.
+impl From<AuditError> for HostError {
+    fn from(e: AuditError) -> Self {
+        match e {
+            e @ (AuditError::Open { .. } | AuditError::Read { .. }) => {
+                HostError::internal("audit.io", e.to_string())
+                    .with_hint("check the permissions of airlock's state directory")
+            }
         }
     }
 }

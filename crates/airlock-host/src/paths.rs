@@ -59,6 +59,17 @@ pub fn audit_log_path(paths: &SandboxPaths) -> PathBuf {
     paths.state_dir.join(AUDIT_LOG_FILE)
 }
 
+/// The audit log of sandbox `name` as its record names it; `None` when there is no record.
+pub fn recorded_audit_log(
+    roots: &Roots,
+    name: &airlock_core::names::SandboxName,
+) -> Result<Option<PathBuf>, HostError> {
+    let stores = airlock_core::lifecycle::Stores::open(&roots.state)?;
+    Ok(stores
+        .record(name)?
+        .map(|record| audit_log_path(&record.data.paths)))
+}
+
 /// Creates `dir` — one of airlock's roots (`~/.config/airlock`) or a directory below one — as
 /// a private 0700 directory, checking every component from the XDG base directory down: the
 /// airlock root and everything below it must be real directories, owned by the user and not

@@ -1,7 +1,7 @@
 //! Terminal I/O of the airlock client: the host terminal in raw mode with its settings put back
 //! on every exit path ([`terminal`]), attaching it to a sandbox session ([`attach`]), streaming
 //! one command of `run`/`exec` with signal relay ([`stream`]), Ctrl+C during `up` ([`interrupt`]), reading a secret with echo off
-//! ([`secret_input`]), and escaping text from outside airlock before it reaches the terminal
+//! ([`secret_input`]), progress and Ctrl+C of a file transfer ([`transfer`]), and escaping text from outside airlock before it reaches the terminal
 //! ([`escape`]).
 //!
 //! No argv, no exit codes: every failure is a typed error the binary maps to its exit status.
@@ -13,5 +13,6 @@ pub mod interrupt;
 pub mod secret_input;
 pub mod stream;
 pub mod terminal;
+pub mod transfer;
 
 pub use escape::escape_untrusted;

@@ -11,7 +11,7 @@ use clap::Parser;
 
 use crate::commands::version::{self, LONG_VERSION};
 use crate::commands::Command;
-use crate::error::{exit_code, CommandError, ErrorKind};
+use crate::error::{exit_code, ErrorKind, HostError};
 use crate::output::Printer;
 
 /// Run coding agents and development work in disposable, isolated Linux sandboxes.
@@ -81,8 +81,8 @@ pub fn report_parse_error(err: &clap::Error, printer: &Printer) -> i32 {
     exit_code(ErrorKind::Usage)
 }
 
-/// The clap error as a [`CommandError`]: its first line as the message, its tip as the hint.
-fn usage_error(err: &clap::Error) -> CommandError {
+/// The clap error as a [`HostError`]: its first line as the message, its tip as the hint.
+fn usage_error(err: &clap::Error) -> HostError {
     let rendered = err.render().to_string();
     let mut lines = rendered.lines().map(str::trim).filter(|l| !l.is_empty());
     let message = lines
@@ -93,7 +93,7 @@ fn usage_error(err: &clap::Error) -> CommandError {
         .find_map(|l| l.strip_prefix("tip: "))
         .map(str::to_owned)
         .unwrap_or_else(|| "run `airlock --help` for usage".to_owned());
-    CommandError::usage(message).with_hint(hint)
+    HostError::usage(message).with_hint(hint)
 }
 
 #[cfg(test)]

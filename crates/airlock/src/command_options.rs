@@ -7,7 +7,7 @@ use airlock_protocol::{ExecRequest, ExecUser};
 use clap::Args;
 
 use crate::context::Context;
-use crate::error::CommandError;
+use crate::error::HostError;
 
 /// How the one command runs: the options `exec` and `run` share (same flags, same help).
 #[derive(Args, Debug)]
@@ -31,13 +31,11 @@ pub struct CommandOptions {
 
 impl CommandOptions {
     /// Parses `-e` and checks that `-t` has a terminal; runs before any side effect.
-    pub fn validate(&self, ctx: &Context) -> Result<BTreeMap<String, String>, CommandError> {
+    pub fn validate(&self, ctx: &Context) -> Result<BTreeMap<String, String>, HostError> {
         let env = parse_env(&self.env)?;
         if self.tty && !(ctx.stdin_is_terminal && ctx.stdout_is_terminal) {
-            return Err(
-                CommandError::usage("-t needs a terminal on stdin and stdout")
-                    .with_hint("drop -t (use -i to stream stdin), or run from a terminal"),
-            );
+            return Err(HostError::usage("-t needs a terminal on stdin and stdout")
+                .with_hint("drop -t (use -i to stream stdin), or run from a terminal"));
         }
         Ok(env)
     }
@@ -49,7 +47,7 @@ impl CommandOptions {
         argv: &[String],
         env: BTreeMap<String, String>,
         cwd: &Path,
-    ) -> Result<ExecRequest, CommandError> {
+    ) -> Result<ExecRequest, HostError> {
         let request = ExecRequest {
             argv: argv.to_vec(),
             env,
@@ -63,13 +61,13 @@ impl CommandOptions {
         };
         request
             .validate()
-            .map_err(|e| CommandError::usage(e.to_string()))?;
+            .map_err(|e| HostError::usage(e.to_string()))?;
         Ok(request)
     }
 }
 
 /// Parses `-e NAME=VALUE` items.
-pub fn parse_env(items: &[String]) -> Result<BTreeMap<String, String>, CommandError> {
+pub fn parse_env(items: &[String]) -> Result<BTreeMap<String, String>, HostError> {
     let mut env = BTreeMap::new();
     for item in items {
         let valid = |k: &str| {
@@ -82,10 +80,10 @@ pub fn parse_env(items: &[String]) -> Result<BTreeMap<String, String>, CommandEr
                 env.insert(k.to_owned(), v.to_owned());
             }
             _ => {
-                return Err(CommandError::usage(format!(
-                    "-e {item:?} is not of the form NAME=VALUE"
-                ))
-                .with_hint("write -e NAME=VALUE, e.g. -e RUST_LOG=debug"))
+                return Err(
+                    HostError::usage(format!("-e {item:?} is not of the form NAME=VALUE"))
+                        .with_hint("write -e NAME=VALUE, e.g. -e RUST_LOG=debug"),
+                )
             }
         }
     }

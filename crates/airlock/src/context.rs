@@ -5,13 +5,13 @@
 
 use std::ffi::OsString;
 use std::io::IsTerminal;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use airlock_config::{Project, Roots};
 use airlock_core::names::SandboxName;
 use airlock_host::Host;
 
-use crate::error::{CommandError, ErrorKind};
+use crate::error::{ErrorKind, HostError};
 
 #[derive(Debug, Clone)]
 pub struct Context {
@@ -23,9 +23,9 @@ pub struct Context {
 }
 
 impl Context {
-    pub fn from_process(json: bool) -> Result<Self, CommandError> {
+    pub fn from_process(json: bool) -> Result<Self, HostError> {
         let cwd = std::env::current_dir().map_err(|e| {
-            CommandError::new(
+            HostError::new(
                 ErrorKind::Internal,
                 "cwd.unreadable",
                 format!("cannot read the current directory: {e}"),
@@ -46,35 +46,30 @@ impl Context {
     }
 
     /// airlock's per-user roots, resolved from the environment. Creates nothing.
-    pub fn roots(&self) -> Result<Roots, CommandError> {
+    pub fn roots(&self) -> Result<Roots, HostError> {
         Ok(Roots::from_env(|k| std::env::var_os(k))?)
     }
 }
 
-/// [`airlock_host::paths::ensure_root`] for a verb.
-pub fn ensure_root(roots: &Roots, dir: &Path) -> Result<(), CommandError> {
-    Ok(airlock_host::paths::ensure_root(roots, dir)?)
-}
-
 /// The active project, if any (PRODUCT C4).
-pub fn discover_project(ctx: &Context) -> Result<Option<Project>, CommandError> {
-    Ok(airlock_host::project::discover_project(&ctx.cwd)?)
+pub fn discover_project(ctx: &Context) -> Result<Option<Project>, HostError> {
+    airlock_host::project::discover_project(&ctx.cwd)
 }
 
 /// The active project; an error pointing at `airlock init` when there is none.
-pub fn active_project(ctx: &Context) -> Result<Project, CommandError> {
-    Ok(airlock_host::project::active_project(&ctx.cwd)?)
+pub fn active_project(ctx: &Context) -> Result<Project, HostError> {
+    airlock_host::project::active_project(&ctx.cwd)
 }
 
 /// Parses `--name`, or derives the active project's name. Usage error (exit 2) for a bad name.
 pub fn resolve_name(
     ctx: &Context,
     name: Option<&str>,
-) -> Result<(SandboxName, Option<Project>), CommandError> {
-    Ok(airlock_host::lifecycle::resolve_name(&ctx.cwd, name)?)
+) -> Result<(SandboxName, Option<Project>), HostError> {
+    airlock_host::lifecycle::resolve_name(&ctx.cwd, name)
 }
 
 /// Opens the lifecycle state ([`Host::open`]); `mutating` verbs create the roots and sweep.
-pub fn setup(ctx: &Context, mutating: bool) -> Result<Host, CommandError> {
-    Ok(Host::open(&ctx.roots()?, mutating)?)
+pub fn setup(ctx: &Context, mutating: bool) -> Result<Host, HostError> {
+    Host::open(&ctx.roots()?, mutating)
 }

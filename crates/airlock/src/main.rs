@@ -4,7 +4,7 @@
 //! 1. Hidden guest verbs are dispatched on raw argv, before clap (they never show in `--help`).
 //! 2. clap parses the public command line; a malformed one exits 2 before any side effect
 //!    (PRODUCT L2) — with `--json`, as the JSON error document on stdout.
-//! 3. The verb runs and returns a [`commands::Report`] or a [`error::CommandError`].
+//! 3. The verb runs and returns a [`commands::Report`] or a [`error::HostError`].
 //! 4. The result is printed (stdout), errors go to stderr (or stdout as JSON), and the exit
 //!    status comes from [`error::exit_code`]. A closed stdout (broken pipe) ends quietly.
 
@@ -12,8 +12,9 @@ mod cli;
 mod command_options;
 mod commands;
 mod context;
-mod create_new;
 mod error;
+#[cfg(test)]
+mod layout_guards;
 mod lib_errors;
 mod live;
 #[cfg(test)]
@@ -31,7 +32,7 @@ use clap::Parser;
 
 use crate::cli::Cli;
 use crate::context::Context;
-use crate::error::CommandError;
+use crate::error::HostError;
 use crate::output::Printer;
 
 fn main() -> ExitCode {
@@ -52,13 +53,10 @@ fn main() -> ExitCode {
 /// Runs a verb; a panic (a bug) becomes an internal error, exit 70, with the JSON error
 /// document under `--json`, instead of Rust's exit 101. The panic message itself is printed on
 /// stderr by the default hook.
-fn run_guarded(
-    command: commands::Command,
-    ctx: &Context,
-) -> Result<commands::Report, CommandError> {
+fn run_guarded(command: commands::Command, ctx: &Context) -> Result<commands::Report, HostError> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| commands::run(command, ctx)))
         .unwrap_or_else(|_| {
-            Err(CommandError::internal(
+            Err(HostError::internal(
                 "internal.panic",
                 "airlock hit an internal error (a bug); nothing after that point was done",
             )
@@ -67,14 +65,14 @@ fn run_guarded(
 }
 
 /// Prints what the verb produced and returns the exit status.
-fn print_outcome(printer: &Printer, outcome: Result<commands::Report, CommandError>) -> i32 {
+fn print_outcome(printer: &Printer, outcome: Result<commands::Report, HostError>) -> i32 {
     let (printed, status) = match outcome {
         Ok(mut report) => {
             for note in &report.notes {
                 printer.note(note);
             }
             let status = match &report.failure {
-                Some(failure) => failure.exit_code(),
+                Some(failure) => error::exit_code(failure.kind),
                 None => report.status.map_or(0, i32::from),
             };
             let printed = match report.failure.take() {
@@ -88,14 +86,14 @@ fn print_outcome(printer: &Printer, outcome: Result<commands::Report, CommandErr
             };
             (printed, status)
         }
-        Err(err) => (printer.error(&err), err.exit_code()),
+        Err(err) => (printer.error(&err), error::exit_code(err.kind)),
     };
     match printed {
         Ok(()) => status,
         // The reader went away (`airlock plan | head`): nothing more to say to anyone.
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => status,
         Err(e) => {
-            let _ = printer.error_to_stderr(&CommandError::internal(
+            let _ = printer.error_to_stderr(&HostError::internal(
                 "output.write",
                 format!("cannot write the output: {e}"),
             ));
@@ -106,13 +104,13 @@ fn print_outcome(printer: &Printer, outcome: Result<commands::Report, CommandErr
 
 /// The one JSON document of a result that still failed (e.g. `doctor` not ready): the result
 /// object with the error added under `"error"`, so scripts find it where every error is.
-fn json_with_failure(json: serde_json::Value, failure: &CommandError) -> serde_json::Value {
+fn json_with_failure(json: serde_json::Value, failure: &HostError) -> serde_json::Value {
     match json {
         serde_json::Value::Object(mut obj) => {
-            obj.insert("error".to_owned(), failure.to_json());
+            obj.insert("error".to_owned(), error::to_json(failure));
             serde_json::Value::Object(obj)
         }
-        other => serde_json::json!({ "result": other, "error": failure.to_json() }),
+        other => serde_json::json!({ "result": other, "error": error::to_json(failure) }),
     }
 }
 
@@ -125,8 +123,8 @@ mod tests {
     use super::*;
     use crate::error::ErrorKind;
 
-    fn failure() -> CommandError {
-        CommandError::new(
+    fn failure() -> HostError {
+        HostError::new(
             ErrorKind::BackendUnavailable,
             "backend.unavailable",
             "no userns",

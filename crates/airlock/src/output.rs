@@ -18,7 +18,7 @@ use std::path::Path;
 
 pub use airlock_term::escape_untrusted;
 
-use crate::error::CommandError;
+use crate::error::HostError;
 
 /// A path as text for a [`Doc`] span (which escapes it); bytes that are not UTF-8 become U+FFFD.
 pub fn path_text(path: &Path) -> String {
@@ -224,9 +224,9 @@ impl Printer {
     }
 
     /// Prints an error: `{"error":{…}}` on stdout with `--json`, else a message on stderr.
-    pub fn error(&self, err: &CommandError) -> io::Result<()> {
+    pub fn error(&self, err: &HostError) -> io::Result<()> {
         if self.json {
-            let doc = serde_json::json!({ "error": err.to_json() });
+            let doc = serde_json::json!({ "error": crate::error::to_json(err) });
             let mut out = io::stdout().lock();
             serde_json::to_writer_pretty(&mut out, &doc).map_err(io::Error::from)?;
             out.write_all(b"\n")?;
@@ -236,7 +236,7 @@ impl Printer {
     }
 
     /// Prints an error on stderr only (also with `--json`, when stdout already holds a result).
-    pub fn error_to_stderr(&self, err: &CommandError) -> io::Result<()> {
+    pub fn error_to_stderr(&self, err: &HostError) -> io::Result<()> {
         let mut text = paint(Style::Bad, "error", self.stderr_color);
         let _ = write!(text, "[{}]: ", err.code);
         text.push_str(&escape_lines(&err.message));

@@ -1,10 +1,73 @@
 //! `airlock policy check`'s decision: what the proxy would do with a destination by rule, the
-//! rule that decided, and what the user can do about a denial.
+//! rule that decided, and what the user can do about a denial; and the warnings of `policy
+//! allow|deny` and `secret set` when the effective policy of the working directory's project
+//! still decides against what the user just asked for. Those warnings only decide what is said:
+//! a project or config that cannot be read yields none.
 
 use std::net::IpAddr;
+use std::path::Path;
 
-use airlock_config::policy::Policy;
-use airlock_config::{Decision, RuleOrigin};
+use airlock_config::policy::{HostMatch, HostPattern, Policy, DEFAULT_PORTS};
+use airlock_config::{Action, Decision, Roots, RuleOrigin};
+
+/// The effective policy of `cwd`'s project (the user config alone outside one), if readable.
+fn policy_of(roots: &Roots, cwd: &Path) -> Option<Policy> {
+    let project = crate::project::discover_project(cwd).ok()?;
+    let network = crate::config::current_network(roots, project, &mut Vec::new()).ok()?;
+    Some(network.policy())
+}
+
+/// After `policy allow|deny PATTERN` of an exact host (or address): a warning when the
+/// effective policy still decides against `action` (a wider deny, or a project deny, wins over
+/// a new allow). `None` for wildcards, or when it agrees.
+pub fn still_decided_against(
+    roots: &Roots,
+    cwd: &Path,
+    action: Action,
+    pattern: &HostPattern,
+) -> Option<String> {
+    let host = match pattern.host() {
+        HostMatch::Exact(name) => name.clone(),
+        HostMatch::Ip(ip) => ip.to_string(),
+        HostMatch::OneLabel(_) | HostMatch::AnyDepth(_) => return None,
+    };
+    let port = pattern.port().unwrap_or(DEFAULT_PORTS[1]);
+    let decision = policy_of(roots, cwd)?.decide(&host, port);
+    let wanted = action == Action::Allow;
+    (decision.allowed != wanted).then(|| {
+        let now = if decision.allowed {
+            "allowed"
+        } else {
+            "denied"
+        };
+        let rule = airlock_proxy::target::rule_text(&decision);
+        format!("warning: {host}:{port} is still {now}: {rule}")
+    })
+}
+
+/// After `secret set --host …`: a warning per bound exact host the effective policy denies.
+/// The proxy would never send the secret there, which is safe but surely not what was meant.
+pub fn denied_secret_hosts(roots: &Roots, cwd: &Path, hosts: &[HostPattern]) -> Vec<String> {
+    let Some(policy) = policy_of(roots, cwd) else {
+        return Vec::new();
+    };
+    hosts
+        .iter()
+        .filter_map(|h| {
+            let HostMatch::Exact(host) = h.host() else {
+                return None;
+            };
+            let port = h.port().unwrap_or(443);
+            (!policy.decide(host, port).allowed).then(|| {
+                format!(
+                    "warning: the network policy denies {host}:{port}, so this secret is never \
+                     sent there; `{}` allows it",
+                    airlock_config::policy::allow_command(host, port)
+                )
+            })
+        })
+        .collect()
+}
 
 /// The outcome of a check.
 #[derive(Debug)]
@@ -69,7 +132,7 @@ pub fn verdict(policy: &Policy, host: &str, port: u16) -> Verdict {
 mod tests {
     use super::*;
     use airlock_config::raw::Preset;
-    use airlock_config::{Action, HostPattern, Rule};
+    use airlock_config::Rule;
 
     fn rule(action: Action, p: &str, origin: RuleOrigin) -> Rule {
         Rule {

@@ -5,6 +5,7 @@
 
 pub mod backend;
 pub mod compare;
+pub mod exec;
 pub mod keeper;
 pub mod ports;
 pub mod runs;

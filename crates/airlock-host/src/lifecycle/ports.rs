@@ -367,29 +367,8 @@ fn copy_then_close<R: Read + HalfClose, W: Write + HalfClose>(mut from: R, mut t
 /// Sends one request to the keeper listening on `socket` and returns the table after it.
 pub fn request(socket: &Path, request: &PortsRequest) -> Result<Vec<Forward>, crate::HostError> {
     use crate::error::{ErrorKind, HostError};
-    let unreachable = |e: std::io::Error| {
-        HostError::new(
-            ErrorKind::Failed,
-            "ports.keeper",
-            format!(
-                "cannot reach the sandbox's keeper at {}: {e}",
-                socket.display()
-            ),
-        )
-        .with_hint("run `airlock status` to see the sandbox's health")
-    };
-    let mut conn = super::backend::with_socket_path(socket, |p| UnixStream::connect(p))
-        .map_err(unreachable)?;
-    let mut line =
-        serde_json::to_vec(request).map_err(|e| unreachable(std::io::Error::other(e)))?;
-    line.push(b'\n');
-    conn.write_all(&[MODE_PORTS]).map_err(unreachable)?;
-    conn.write_all(&line).map_err(unreachable)?;
-    let mut reply = String::new();
-    BufReader::new(conn)
-        .read_line(&mut reply)
-        .map_err(unreachable)?;
-    let reply: PortsReply = serde_json::from_str(reply.trim()).map_err(|_| {
+    let reply = super::exec::ask_keeper(socket, MODE_PORTS, request, "ports.keeper")?;
+    let reply: PortsReply = serde_json::from_str(&reply).map_err(|_| {
         HostError::new(
             ErrorKind::Failed,
             "ports.keeper",
@@ -412,4 +391,44 @@ pub fn request(socket: &Path, request: &PortsRequest) -> Result<Vec<Forward>, cr
             Err(HostError::new(ErrorKind::Failed, code, message).with_hint(hint))
         }
     }
+}
+
+/// Publishes the user config's `[[ports]]` into the ready sandbox whose runtime directory is
+/// `runtime_dir`, through the same keeper request as `ports --publish`. A host port already
+/// forwarded is left as it is; every other failure (a host port in use above all) becomes a
+/// warning line naming the port, so `up` still succeeds.
+pub fn publish_configured(
+    runtime_dir: &Path,
+    configured: &[airlock_config::ports::PublishedPort],
+) -> Vec<String> {
+    if configured.is_empty() {
+        return Vec::new();
+    }
+    let socket = runtime_dir.join(super::backend::SOCKET);
+    let published = match request(&socket, &PortsRequest::List) {
+        Ok(forwards) => forwards,
+        Err(e) => {
+            return vec![format!(
+                "warning: [[ports]] not published: {} ({})",
+                e.message, e.code
+            )]
+        }
+    };
+    let mut warnings = Vec::new();
+    for p in configured {
+        if published.iter().any(|f| f.host == p.host) {
+            continue;
+        }
+        let request_one = PortsRequest::Publish {
+            host: p.host,
+            guest: p.guest,
+        };
+        if let Err(e) = request(&socket, &request_one) {
+            warnings.push(format!(
+                "warning: [[ports]] host port {} -> sandbox port {} not published: {}",
+                p.host, p.guest, e.message
+            ));
+        }
+    }
+    warnings
 }

@@ -374,6 +374,29 @@ fn imported(name: &str) -> Result<airlock_linux::spec::ImportedImage, HostError>
     })
 }
 
+/// `workspace_mode = "clone"` promises that the host work tree is never written; an ephemeral
+/// run has no clone of its own, so it refuses rather than mapping the work tree (A5).
+pub fn refuse_clone_mode(effective: &Effective) -> Result<(), HostError> {
+    use airlock_config::raw::WorkspaceMode;
+    match effective
+        .workspaces
+        .iter()
+        .find(|w| w.mode.value == WorkspaceMode::Clone)
+    {
+        Some(w) => Err(HostError::new(
+            ErrorKind::Config,
+            "run.clone_mode",
+            format!(
+                "workspace {} uses workspace_mode = \"clone\", which `run` does not support: \
+                 it would map the work tree itself",
+                w.name
+            ),
+        )
+        .with_hint("use `airlock up --no-attach` and `airlock exec`, which work in the clone")),
+        None => Ok(()),
+    }
+}
+
 pub fn build_spec(eff: &Effective, root: bool) -> Result<SandboxSpec, HostError> {
     use airlock_config::Origin;
     let image = match &eff.image.value {

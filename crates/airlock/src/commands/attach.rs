@@ -17,7 +17,7 @@ use clap::Args;
 
 use super::Report;
 use crate::context::{resolve_name, setup, Context};
-use crate::error::CommandError;
+use crate::error::HostError;
 use crate::lib_errors::attach_error;
 use crate::output::{escape_untrusted, Doc};
 
@@ -31,13 +31,13 @@ pub struct AttachArgs {
     pub name: Option<String>,
 }
 
-pub fn run(args: AttachArgs, ctx: &Context) -> Result<Report, CommandError> {
+pub fn run(args: AttachArgs, ctx: &Context) -> Result<Report, HostError> {
     let session = args.session.as_deref().unwrap_or(DEFAULT_SESSION);
     validate_name(session).map_err(|e| {
-        CommandError::usage(e.to_string()).with_hint("`airlock sessions` lists the sessions")
+        HostError::usage(e.to_string()).with_hint("`airlock sessions` lists the sessions")
     })?;
     if !(ctx.stdin_is_terminal && ctx.stdout_is_terminal) {
-        return Err(CommandError::usage(
+        return Err(HostError::usage(
             "`attach` needs a terminal on stdin and stdout",
         )
         .with_hint(

@@ -12,13 +12,13 @@ use airlock_host::lifecycle::{human_bytes, lifecycle_error};
 
 use super::Report;
 use crate::context::{setup, Context};
-use crate::error::CommandError;
+use crate::error::HostError;
 use crate::output::{path_text, Doc, Style};
 
 #[derive(Args, Debug)]
 pub struct CleanArgs {}
 
-pub fn run(_args: CleanArgs, ctx: &Context) -> Result<Report, CommandError> {
+pub fn run(_args: CleanArgs, ctx: &Context) -> Result<Report, HostError> {
     let setup = setup(ctx, true)?;
     let out = lifecycle::clean(&setup.stores, &setup.backend).map_err(lifecycle_error)?;
     let runs = &setup.runs;

@@ -11,7 +11,7 @@ use clap::{Args, CommandFactory, ValueEnum};
 
 use super::Report;
 use crate::context::Context;
-use crate::error::CommandError;
+use crate::error::HostError;
 use crate::output::Doc;
 
 #[derive(Args, Debug)]
@@ -60,7 +60,7 @@ pub fn script(shell: Shell) -> Vec<u8> {
     out
 }
 
-pub fn run(args: CompletionsArgs, ctx: &Context) -> Result<Report, CommandError> {
+pub fn run(args: CompletionsArgs, ctx: &Context) -> Result<Report, HostError> {
     let script = script(args.shell);
     if ctx.json {
         let json = serde_json::json!({
@@ -75,7 +75,7 @@ pub fn run(args: CompletionsArgs, ctx: &Context) -> Result<Report, CommandError>
         // The reader went away (`airlock completions bash | head`): nothing more to say.
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => {}
         Err(e) => {
-            return Err(CommandError::internal(
+            return Err(HostError::internal(
                 "output.write",
                 format!("cannot write the completion script: {e}"),
             ))

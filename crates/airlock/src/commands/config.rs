@@ -19,15 +19,16 @@ use clap::Args;
 use signal_hook::consts::{SIGINT, SIGQUIT};
 
 use super::Report;
-use crate::context::{ensure_root, Context};
-use crate::create_new::{create_new, CreateNewError};
-use crate::error::{CommandError, ErrorKind};
+use crate::context::Context;
+use crate::error::{ErrorKind, HostError};
 use crate::output::{path_text, Doc};
+use airlock_host::create_new::{create_new, CreateNewError};
+use airlock_host::paths::ensure_root;
 
 #[derive(Args, Debug)]
 pub struct ConfigArgs {}
 
-pub fn run(_args: ConfigArgs, ctx: &Context) -> Result<Report, CommandError> {
+pub fn run(_args: ConfigArgs, ctx: &Context) -> Result<Report, HostError> {
     let roots = ctx.roots()?;
     let path = roots.user_config_path();
     let schema_path = roots.schema_path();
@@ -53,7 +54,7 @@ pub fn run(_args: ConfigArgs, ctx: &Context) -> Result<Report, CommandError> {
         Some(editor) => {
             open_in_editor(&editor, &path)?;
             if let Err(e) = airlock_host::config::validate_user_config(&roots) {
-                report = report.with_failure(e.into());
+                report = report.with_failure(e);
             }
             true
         }
@@ -93,7 +94,7 @@ fn editor(ctx: &Context) -> Option<String> {
 /// foreground process group, so airlock catches them (handlers are reset to the default in the
 /// editor by `execve`) instead of dying and handing the terminal back to the shell under a
 /// running editor. git does the same.
-fn open_in_editor(editor: &str, path: &Path) -> Result<(), CommandError> {
+fn open_in_editor(editor: &str, path: &Path) -> Result<(), HostError> {
     let caught = Arc::new(AtomicBool::new(false));
     let handlers: Vec<_> = [SIGINT, SIGQUIT]
         .into_iter()
@@ -106,7 +107,7 @@ fn open_in_editor(editor: &str, path: &Path) -> Result<(), CommandError> {
     status
 }
 
-fn spawn_editor(editor: &str, path: &Path) -> Result<(), CommandError> {
+fn spawn_editor(editor: &str, path: &Path) -> Result<(), HostError> {
     let status = Command::new("sh")
         .arg("-c")
         .arg(format!("{editor} \"$@\""))
@@ -114,7 +115,7 @@ fn spawn_editor(editor: &str, path: &Path) -> Result<(), CommandError> {
         .arg(path)
         .status()
         .map_err(|e| {
-            CommandError::new(
+            HostError::new(
                 ErrorKind::Failed,
                 "editor.spawn",
                 format!("cannot start the editor {editor:?}: {e}"),
@@ -124,7 +125,7 @@ fn spawn_editor(editor: &str, path: &Path) -> Result<(), CommandError> {
     if status.success() {
         return Ok(());
     }
-    Err(CommandError::new(
+    Err(HostError::new(
         ErrorKind::Failed,
         "editor.failed",
         format!("the editor {editor:?} exited with {status}"),

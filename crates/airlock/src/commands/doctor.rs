@@ -9,13 +9,13 @@ use clap::Args;
 
 use super::Report;
 use crate::context::Context;
-use crate::error::{CommandError, ErrorKind};
+use crate::error::{ErrorKind, HostError};
 use crate::output::{Doc, Style};
 
 #[derive(Args, Debug)]
 pub struct DoctorArgs {}
 
-pub fn run(_args: DoctorArgs, _ctx: &Context) -> Result<Report, CommandError> {
+pub fn run(_args: DoctorArgs, _ctx: &Context) -> Result<Report, HostError> {
     Ok(report(probe_host()))
 }
 
@@ -52,7 +52,7 @@ fn report(checks: Vec<Check>) -> Report {
         return report;
     }
     report.with_failure(
-        CommandError::new(
+        HostError::new(
             ErrorKind::BackendUnavailable,
             "backend.unavailable",
             format!("this host lacks what sandboxes need: {}", failed.join(", ")),

@@ -10,7 +10,7 @@ use airlock_host::lifecycle::{human_bytes, lifecycle_error, lock_wait};
 
 use super::Report;
 use crate::context::{resolve_name, setup, Context};
-use crate::error::CommandError;
+use crate::error::HostError;
 use crate::output::{Doc, Style};
 
 #[derive(Args, Debug)]
@@ -20,7 +20,7 @@ pub struct DownArgs {
     pub name: Option<String>,
 }
 
-pub fn run(args: DownArgs, ctx: &Context) -> Result<Report, CommandError> {
+pub fn run(args: DownArgs, ctx: &Context) -> Result<Report, HostError> {
     let (name, _) = resolve_name(ctx, args.name.as_deref())?;
     let setup = setup(ctx, true)?;
     let out = lifecycle::down(&setup.stores, &setup.backend, &name, lock_wait())

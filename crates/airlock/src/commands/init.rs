@@ -19,10 +19,11 @@ use airlock_config::Roots;
 use airlock_core::{KnownRoots, TrustStore};
 
 use super::Report;
-use crate::context::{ensure_root, Context};
-use crate::create_new::create_new;
-use crate::error::{CommandError, ErrorKind};
+use crate::context::Context;
+use crate::error::{ErrorKind, HostError};
 use crate::output::{path_text, Doc, Style};
+use airlock_host::create_new::create_new;
+use airlock_host::paths::ensure_root;
 
 #[derive(Args, Debug)]
 pub struct InitArgs {
@@ -39,7 +40,7 @@ fn project_image(v: &str) -> Result<String, String> {
     airlock_config::values::image(v, false, None).map(|_| v.to_owned())
 }
 
-pub fn run(args: InitArgs, ctx: &Context) -> Result<Report, CommandError> {
+pub fn run(args: InitArgs, ctx: &Context) -> Result<Report, HostError> {
     let roots = ctx.roots()?;
     let root = init_root(&ctx.cwd)?;
     // Inside a remembered project root whose markers are gone, `init` restores that root
@@ -51,7 +52,7 @@ pub fn run(args: InitArgs, ctx: &Context) -> Result<Report, CommandError> {
     // The project root becomes the workspace mapped read-write into the sandbox: refuse `/`,
     // the home directory and credential roots here rather than leave a project `plan` rejects.
     if let Some(reason) = airlock_config::mounts::sensitive_reason(&root, &roots) {
-        return Err(CommandError::new(
+        return Err(HostError::new(
             ErrorKind::Config,
             "init.unsafe_root",
             format!("{} cannot be a project: {reason}", root.display()),
@@ -66,10 +67,8 @@ pub fn run(args: InitArgs, ctx: &Context) -> Result<Report, CommandError> {
         .create(&dir)
         .map_err(|e| match e.kind() {
             std::io::ErrorKind::AlreadyExists => already_owned(&root),
-            _ => {
-                CommandError::internal("io.write", format!("cannot create {}: {e}", dir.display()))
-                    .with_hint("check the permissions of the project directory")
-            }
+            _ => HostError::internal("io.write", format!("cannot create {}: {e}", dir.display()))
+                .with_hint("check the permissions of the project directory"),
         })?;
     let project = Project::at(root.clone(), ProjectKind::Airlock);
     let config = project.config_path.clone();
@@ -135,16 +134,16 @@ pub fn run(args: InitArgs, ctx: &Context) -> Result<Report, CommandError> {
 }
 
 /// Records trust for the config `init` just wrote (keyed by the hash of those bytes).
-fn trust_written(roots: &Roots, root: &Path, bytes: &[u8]) -> Result<(), CommandError> {
+fn trust_written(roots: &Roots, root: &Path, bytes: &[u8]) -> Result<(), HostError> {
     ensure_root(roots, &roots.state)?;
     TrustStore::open(&roots.state)?.trust(root, &airlock_config::config_hash(bytes))?;
     Ok(())
 }
 
 /// `.airlock/` appeared between the check and `mkdir` (another `init` raced this one).
-fn already_owned(root: &Path) -> CommandError {
+fn already_owned(root: &Path) -> HostError {
     let config = Project::at(root.to_owned(), ProjectKind::Airlock).config_path;
-    CommandError::new(
+    HostError::new(
         ErrorKind::Config,
         "init.exists",
         format!(

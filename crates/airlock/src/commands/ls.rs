@@ -13,13 +13,13 @@ use airlock_host::lifecycle::{human_bytes, lifecycle_error};
 
 use super::Report;
 use crate::context::{setup, Context};
-use crate::error::CommandError;
+use crate::error::HostError;
 use crate::output::{path_text, Doc, Style};
 
 #[derive(Args, Debug)]
 pub struct LsArgs {}
 
-pub fn run(_args: LsArgs, ctx: &Context) -> Result<Report, CommandError> {
+pub fn run(_args: LsArgs, ctx: &Context) -> Result<Report, HostError> {
     let setup = setup(ctx, false)?;
     let mut doc = Doc::new();
     let mut items = Vec::new();

@@ -1,5 +1,5 @@
 //! The public verbs, one module per verb. Each exposes a clap `Args` struct and
-//! `run(args, &Context) -> Result<Report, CommandError>`; adding a verb is one variant in
+//! `run(args, &Context) -> Result<Report, HostError>`; adding a verb is one variant in
 //! [`Command`] and one arm in [`run`].
 //!
 //! A verb validates its whole command line and configuration before its first side effect
@@ -8,7 +8,7 @@
 use clap::Subcommand;
 
 use crate::context::Context;
-use crate::error::CommandError;
+use crate::error::HostError;
 use crate::output::Doc;
 
 pub mod attach;
@@ -85,7 +85,7 @@ pub enum Command {
 }
 
 /// Runs one verb.
-pub fn run(command: Command, ctx: &Context) -> Result<Report, CommandError> {
+pub fn run(command: Command, ctx: &Context) -> Result<Report, HostError> {
     match command {
         Command::Init(args) => init::run(args, ctx),
         Command::Config(args) => config::run(args, ctx),
@@ -121,7 +121,7 @@ pub struct Report {
     pub json: serde_json::Value,
     /// When set, the process exits with this error's code after printing the result; in JSON
     /// the error is added to the result document under `"error"`.
-    pub failure: Option<CommandError>,
+    pub failure: Option<HostError>,
     /// Diagnostics for stderr (created files, warnings), printed before the result.
     pub notes: Vec<String>,
     /// The exit status to end with when there is no failure: a guest command's own status for
@@ -146,7 +146,7 @@ impl Report {
         self.notes.push(line.into());
     }
 
-    pub fn with_failure(mut self, failure: CommandError) -> Self {
+    pub fn with_failure(mut self, failure: HostError) -> Self {
         self.failure = Some(failure);
         self
     }

@@ -22,7 +22,7 @@ use clap::{Args, Subcommand};
 
 use super::Report;
 use crate::context::{discover_project, Context};
-use crate::error::CommandError;
+use crate::error::HostError;
 use crate::output::{Doc, Style};
 
 #[derive(Args, Debug)]
@@ -48,7 +48,7 @@ pub enum PolicyCommand {
 #[derive(Args, Debug)]
 pub struct LsArgs {}
 
-pub fn run(args: PolicyArgs, ctx: &Context) -> Result<Report, CommandError> {
+pub fn run(args: PolicyArgs, ctx: &Context) -> Result<Report, HostError> {
     match args.command {
         PolicyCommand::Ls(_) => ls(ctx),
         PolicyCommand::Allow(a) => write::run(airlock_config::Action::Allow, a, ctx),
@@ -58,7 +58,7 @@ pub fn run(args: PolicyArgs, ctx: &Context) -> Result<Report, CommandError> {
     }
 }
 
-fn ls(ctx: &Context) -> Result<Report, CommandError> {
+fn ls(ctx: &Context) -> Result<Report, HostError> {
     let roots = ctx.roots()?;
     let project = discover_project(ctx)?;
     let mut notes = Vec::new();

@@ -13,7 +13,7 @@ use clap::Args;
 
 use super::Report;
 use crate::context::{resolve_name, setup, Context};
-use crate::error::CommandError;
+use crate::error::HostError;
 use crate::output::{Doc, Style};
 use crate::status_json::ports_json;
 
@@ -46,7 +46,7 @@ fn parse_publish(text: &str) -> Result<(u16, u16), String> {
     Ok((host, guest))
 }
 
-pub fn run(args: PortsArgs, ctx: &Context) -> Result<Report, CommandError> {
+pub fn run(args: PortsArgs, ctx: &Context) -> Result<Report, HostError> {
     let (name, _) = resolve_name(ctx, args.name.as_deref())?;
     let host = setup(ctx, false)?;
     let record = airlock_host::files::ready(&host, &name, "ports")?;
@@ -68,46 +68,6 @@ pub fn run(args: PortsArgs, ctx: &Context) -> Result<Report, CommandError> {
         render(name.as_str(), &forwards),
         serde_json::json!({ "sandbox": name.as_str(), "ports": ports_json(&forwards) }),
     ))
-}
-
-/// Publishes the user config's `[[ports]]` into the ready sandbox whose runtime directory is
-/// `runtime_dir`, through the same keeper request as `--publish`. A host port already
-/// forwarded is left as it is; every other failure (a host port in use above all) becomes a
-/// warning line naming the port, so `up` still succeeds.
-pub fn publish_configured(
-    runtime_dir: &std::path::Path,
-    configured: &[airlock_config::ports::PublishedPort],
-) -> Vec<String> {
-    if configured.is_empty() {
-        return Vec::new();
-    }
-    let socket = runtime_dir.join(SOCKET);
-    let published = match ports::request(&socket, &PortsRequest::List) {
-        Ok(forwards) => forwards,
-        Err(e) => {
-            return vec![format!(
-                "warning: [[ports]] not published: {} ({})",
-                e.message, e.code
-            )]
-        }
-    };
-    let mut warnings = Vec::new();
-    for p in configured {
-        if published.iter().any(|f| f.host == p.host) {
-            continue;
-        }
-        let request = PortsRequest::Publish {
-            host: p.host,
-            guest: p.guest,
-        };
-        if let Err(e) = ports::request(&socket, &request) {
-            warnings.push(format!(
-                "warning: [[ports]] host port {} -> sandbox port {} not published: {}",
-                p.host, p.guest, e.message
-            ));
-        }
-    }
-    warnings
 }
 
 fn render(name: &str, forwards: &[Forward]) -> Doc {

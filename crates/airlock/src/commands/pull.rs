@@ -10,15 +10,14 @@
 //! sandbox sends, nothing outside the destination is created, written or read.
 
 use std::path::PathBuf;
-use std::time::Instant;
 
 use airlock_files::{host_path, sandbox_path, PathError, Resolver};
 use clap::Args;
 
 use super::Report;
 use crate::context::{resolve_name, setup, Context};
-use crate::error::CommandError;
-use crate::transfer_view::{self, Interrupt, TransferProgress};
+use crate::error::{untrusted, HostError};
+use crate::transfer_view;
 
 #[derive(Args, Debug)]
 pub struct PullArgs {
@@ -36,8 +35,8 @@ pub struct PullArgs {
     pub name: Option<String>,
 }
 
-pub fn run(args: PullArgs, ctx: &Context) -> Result<Report, CommandError> {
-    let usage = |e: PathError| CommandError::usage(e.to_string());
+pub fn run(args: PullArgs, ctx: &Context) -> Result<Report, HostError> {
+    let usage = |e: PathError| HostError::usage(e.to_string());
     let source = sandbox_path(&args.source).map_err(usage)?;
     if source.is_root() {
         return Err(usage(PathError::Root));
@@ -50,41 +49,18 @@ pub fn run(args: PullArgs, ctx: &Context) -> Result<Report, CommandError> {
     let resolver = Resolver::host(&airlock_host::files::writable_dirs(&host)?);
     let target = resolver
         .target(&dest, &source_name, args.replace)
-        .map_err(|e| escaped(airlock_host::files::resolve_error(&e)))?;
-    let shown_target = target.display.clone();
-    let mut wire = airlock_host::files::open_transfer(&host, &record)?;
-    let interrupt = Interrupt::watch(wire.stream());
-    let progress = TransferProgress::new("pull");
-    let started = Instant::now();
-    let result = airlock_files::pull(
-        &mut wire,
-        &source.as_path().display().to_string(),
-        &target,
-        &progress,
-    );
-    progress.finish();
-    let outcome = match result {
-        Ok(outcome) => outcome,
-        Err(_) if interrupt.interrupted() => return Err(Interrupt::error("pull")),
-        Err(e) => return Err(escaped(airlock_host::files::transfer_error(e, "pull"))),
-    };
-    let (doc, json, note) = transfer_view::summary(
+        .map_err(|e| untrusted(airlock_host::files::resolve_error(&e)))?;
+    let wire = airlock_host::files::open_transfer(&host, &record)?;
+    let source = source.as_path().display().to_string();
+    let (outcome, took) = transfer_view::run("pull", wire, |wire, progress| {
+        airlock_files::pull(wire, &source, &target, progress)
+    })?;
+    let from = &outcome.sandbox_path;
+    Ok(transfer_view::report(
         "pulled",
-        &outcome.sandbox_path,
-        &shown_target,
+        from,
+        &target.display,
         &outcome.summary,
-        started.elapsed(),
-    );
-    let mut report = Report::new(doc, json);
-    if let Some(note) = note {
-        report.note(note);
-    }
-    Ok(report)
-}
-
-/// Messages can carry names the sandbox chose: no control character reaches the terminal.
-fn escaped(e: airlock_host::HostError) -> CommandError {
-    let mut e = CommandError::from(e);
-    e.message = crate::output::escape_untrusted(&e.message).into_owned();
-    e
+        took,
+    ))
 }

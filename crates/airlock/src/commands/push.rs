@@ -9,15 +9,14 @@
 //! publishes with one rename (`cp -r` rules: an existing directory receives `DEST/NAME`).
 
 use std::path::PathBuf;
-use std::time::Instant;
 
 use airlock_files::{host_path, sandbox_path, Resolver};
 use clap::Args;
 
 use super::Report;
 use crate::context::{resolve_name, setup, Context};
-use crate::error::CommandError;
-use crate::transfer_view::{self, Interrupt, TransferProgress};
+use crate::error::{untrusted, HostError};
+use crate::transfer_view;
 
 #[derive(Args, Debug)]
 pub struct PushArgs {
@@ -35,8 +34,8 @@ pub struct PushArgs {
     pub name: Option<String>,
 }
 
-pub fn run(args: PushArgs, ctx: &Context) -> Result<Report, CommandError> {
-    let usage = |e: airlock_files::PathError| CommandError::usage(e.to_string());
+pub fn run(args: PushArgs, ctx: &Context) -> Result<Report, HostError> {
+    let usage = |e: airlock_files::PathError| HostError::usage(e.to_string());
     let source = host_path(args.source.as_os_str(), &ctx.cwd).map_err(usage)?;
     source.file_name().map_err(usage)?;
     let dest = sandbox_path(&args.dest).map_err(usage)?;
@@ -46,42 +45,19 @@ pub fn run(args: PushArgs, ctx: &Context) -> Result<Report, CommandError> {
     let resolver = Resolver::host(&airlock_host::files::writable_dirs(&host)?);
     let source = resolver
         .source(&source)
-        .map_err(|e| escaped(airlock_host::files::resolve_error(&e)))?;
-    let shown_source = args.source.display().to_string();
-    let mut wire = airlock_host::files::open_transfer(&host, &record)?;
-    let interrupt = Interrupt::watch(wire.stream());
-    let progress = TransferProgress::new("push");
-    let started = Instant::now();
-    let result = airlock_files::push(
-        &mut wire,
-        &source,
-        &dest.as_path().display().to_string(),
-        args.replace,
-        &progress,
-    );
-    progress.finish();
-    let outcome = match result {
-        Ok(outcome) => outcome,
-        Err(_) if interrupt.interrupted() => return Err(Interrupt::error("push")),
-        Err(e) => return Err(escaped(airlock_host::files::transfer_error(e, "push"))),
-    };
-    let (doc, json, note) = transfer_view::summary(
+        .map_err(|e| untrusted(airlock_host::files::resolve_error(&e)))?;
+    let wire = airlock_host::files::open_transfer(&host, &record)?;
+    let dest = dest.as_path().display().to_string();
+    let (outcome, took) = transfer_view::run("push", wire, |wire, progress| {
+        airlock_files::push(wire, &source, &dest, args.replace, progress)
+    })?;
+    let from = args.source.display().to_string();
+    let to = &outcome.sandbox_path;
+    Ok(transfer_view::report(
         "pushed",
-        &shown_source,
-        &outcome.sandbox_path,
+        &from,
+        to,
         &outcome.summary,
-        started.elapsed(),
-    );
-    let mut report = Report::new(doc, json);
-    if let Some(note) = note {
-        report.note(note);
-    }
-    Ok(report)
-}
-
-/// Messages can carry names the sandbox chose: no control character reaches the terminal.
-fn escaped(e: airlock_host::HostError) -> CommandError {
-    let mut e = CommandError::from(e);
-    e.message = crate::output::escape_untrusted(&e.message).into_owned();
-    e
+        took,
+    ))
 }

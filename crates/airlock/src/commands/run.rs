@@ -16,7 +16,7 @@
 use std::time::Duration;
 
 use airlock_host::config::load_effective;
-use airlock_host::run::{build_spec, resolve_workdir, EphemeralRun, Phases};
+use airlock_host::run::{build_spec, refuse_clone_mode, resolve_workdir, EphemeralRun, Phases};
 use airlock_protocol::{ExecRequest, Key};
 use airlock_term::stream::run_stream;
 use clap::Args;
@@ -24,7 +24,7 @@ use clap::Args;
 use super::Report;
 use crate::command_options::CommandOptions;
 use crate::context::{active_project, Context};
-use crate::error::CommandError;
+use crate::error::{untrusted, HostError};
 
 #[derive(Args, Debug)]
 pub struct RunArgs {
@@ -40,7 +40,7 @@ pub struct RunArgs {
 
 /// Runs the command; on success this function does not return (the process exits with CMD's
 /// status, which the report/exit-code path of the CLI cannot carry).
-pub fn run(args: RunArgs, ctx: &Context) -> Result<Report, CommandError> {
+pub fn run(args: RunArgs, ctx: &Context) -> Result<Report, HostError> {
     let traced = ctx
         .var(airlock_config::env_vars::AIRLOCK_TRACE_PHASES)
         .is_some();
@@ -99,11 +99,11 @@ fn exec_in(
     sandbox: &mut EphemeralRun,
     request: &ExecRequest,
     interactive: bool,
-) -> Result<i32, CommandError> {
+) -> Result<i32, HostError> {
     sandbox.wait_ready()?;
     let stream = sandbox.open_stream()?;
     let key = Key::from_bytes(*sandbox.sandbox().key());
-    Ok(run_stream(stream, &key, request, interactive)?)
+    run_stream(stream, &key, request, interactive).map_err(|e| untrusted(e.into()))
 }
 
 /// Test hook, debug builds only (release builds never read it): `AIRLOCK_TEST_PAUSE_AT=start`
@@ -114,29 +114,6 @@ fn pause_hook(phase: &str) {
     {
         eprintln!("airlock: test hook: pausing at {phase}");
         std::thread::sleep(Duration::from_secs(3));
-    }
-}
-
-/// `workspace_mode = "clone"` promises that the host work tree is never written; an ephemeral
-/// run has no clone of its own, so it refuses rather than mapping the work tree (A5).
-fn refuse_clone_mode(effective: &airlock_config::Effective) -> Result<(), CommandError> {
-    use airlock_config::raw::WorkspaceMode;
-    match effective
-        .workspaces
-        .iter()
-        .find(|w| w.mode.value == WorkspaceMode::Clone)
-    {
-        Some(w) => Err(CommandError::new(
-            crate::error::ErrorKind::Config,
-            "run.clone_mode",
-            format!(
-                "workspace {} uses workspace_mode = \"clone\", which `run` does not support: \
-                 it would map the work tree itself",
-                w.name
-            ),
-        )
-        .with_hint("use `airlock up --no-attach` and `airlock exec`, which work in the clone")),
-        None => Ok(()),
     }
 }
 

@@ -16,18 +16,16 @@
 //! exit 1 and a hint (like `git config --unset` of a missing key), so a typo never looks like
 //! a removal.
 
-use airlock_config::policy::{HostMatch, HostPattern};
+use airlock_config::policy::HostPattern;
 use airlock_config::Roots;
 use airlock_secrets::{
     parse_header_name, HeaderTemplate, SecretError, SecretInfo, SecretName, SecretStore,
 };
 use clap::{Args, Subcommand};
 
-use airlock_host::config::current_network;
-
 use super::Report;
-use crate::context::{discover_project, Context};
-use crate::error::{CommandError, ErrorKind};
+use crate::context::Context;
+use crate::error::{ErrorKind, HostError};
 use crate::output::{Doc, Style};
 
 #[derive(Args, Debug)]
@@ -79,7 +77,7 @@ pub struct RmArgs {
     pub name: String,
 }
 
-pub fn run(args: SecretArgs, ctx: &Context) -> Result<Report, CommandError> {
+pub fn run(args: SecretArgs, ctx: &Context) -> Result<Report, HostError> {
     match args.command {
         SecretCommand::Set(a) => set(a, ctx),
         SecretCommand::Ls(_) => ls(ctx),
@@ -87,14 +85,14 @@ pub fn run(args: SecretArgs, ctx: &Context) -> Result<Report, CommandError> {
     }
 }
 
-fn set(args: SetArgs, ctx: &Context) -> Result<Report, CommandError> {
+fn set(args: SetArgs, ctx: &Context) -> Result<Report, HostError> {
     let name = SecretName::parse(&args.name).map_err(SecretError::from)?;
     let hosts = args
         .hosts
         .iter()
         .map(|h| {
             HostPattern::parse(h).map_err(|e| {
-                CommandError::new(ErrorKind::Usage, "secret.bad_host", e.to_string())
+                HostError::new(ErrorKind::Usage, "secret.bad_host", e.to_string())
                     .with_hint("give host patterns like `api.example.com` or `**.example.com`")
             })
         })
@@ -107,7 +105,8 @@ fn set(args: SetArgs, ctx: &Context) -> Result<Report, CommandError> {
     }
     let roots = ctx.roots()?;
     // The value is checked (not empty, not too long, UTF-8) before the store is created.
-    let secret = airlock_term::secret_input::read_value(name.as_str(), ctx.stdin_is_terminal)?;
+    let secret = airlock_term::secret_input::read_value(name.as_str(), ctx.stdin_is_terminal)
+        .map_err(crate::lib_errors::secret_input_error)?;
     let store = SecretStore::open(&roots.data)?;
     // Only decides the wording; a corrupt record elsewhere must not block this one.
     let replaced = store
@@ -137,40 +136,13 @@ fn set(args: SetArgs, ctx: &Context) -> Result<Report, CommandError> {
         doc,
         serde_json::json!({ "secret": info, "replaced": replaced }),
     );
-    report.notes.extend(unreachable_hosts(ctx, &roots, &hosts));
+    let denied = airlock_host::egress::check::denied_secret_hosts(&roots, &ctx.cwd, &hosts);
+    report.notes.extend(denied);
     finish(&mut report, &roots);
     Ok(report)
 }
 
-/// Warnings for bound exact hosts the effective policy denies: the proxy would never send the
-/// secret there, which is safe but surely not what the user meant.
-fn unreachable_hosts(ctx: &Context, roots: &Roots, hosts: &[HostPattern]) -> Vec<String> {
-    let Ok(project) = discover_project(ctx) else {
-        return Vec::new();
-    };
-    let Ok(net) = current_network(roots, project, &mut Vec::new()) else {
-        return Vec::new();
-    };
-    let policy = net.policy();
-    hosts
-        .iter()
-        .filter_map(|h| {
-            let HostMatch::Exact(host) = h.host() else {
-                return None;
-            };
-            let port = h.port().unwrap_or(443);
-            (!policy.decide(host, port).allowed).then(|| {
-                format!(
-                    "warning: the network policy denies {host}:{port}, so this secret is never \
-                     sent there; `{}` allows it",
-                    airlock_config::policy::allow_command(host, port)
-                )
-            })
-        })
-        .collect()
-}
-
-fn ls(ctx: &Context) -> Result<Report, CommandError> {
+fn ls(ctx: &Context) -> Result<Report, HostError> {
     let roots = ctx.roots()?;
     let secrets = if store_exists(&roots) {
         SecretStore::open(&roots.data)?.list()?
@@ -195,7 +167,7 @@ fn ls(ctx: &Context) -> Result<Report, CommandError> {
     Ok(Report::new(doc, serde_json::json!({ "secrets": secrets })))
 }
 
-fn rm(args: RmArgs, ctx: &Context) -> Result<Report, CommandError> {
+fn rm(args: RmArgs, ctx: &Context) -> Result<Report, HostError> {
     let name = SecretName::parse(&args.name).map_err(SecretError::from)?;
     let roots = ctx.roots()?;
     if !store_exists(&roots) {

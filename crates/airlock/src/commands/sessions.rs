@@ -9,7 +9,7 @@ use clap::{Args, Subcommand};
 
 use super::Report;
 use crate::context::{resolve_name, setup, Context};
-use crate::error::CommandError;
+use crate::error::HostError;
 use crate::output::{Doc, Style};
 use crate::session_view;
 
@@ -32,10 +32,10 @@ pub enum SessionsAction {
     },
 }
 
-pub fn run(args: SessionsArgs, ctx: &Context) -> Result<Report, CommandError> {
+pub fn run(args: SessionsArgs, ctx: &Context) -> Result<Report, HostError> {
     if let Some(SessionsAction::Kill { session }) = &args.action {
         validate_name(session).map_err(|e| {
-            CommandError::usage(e.to_string()).with_hint("`airlock sessions` lists the sessions")
+            HostError::usage(e.to_string()).with_hint("`airlock sessions` lists the sessions")
         })?;
     }
     let (name, _) = resolve_name(ctx, args.name.as_deref())?;

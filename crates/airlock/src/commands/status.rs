@@ -12,7 +12,7 @@ use airlock_host::lifecycle::{human_bytes, lifecycle_error};
 
 use super::Report;
 use crate::context::{resolve_name, setup, Context};
-use crate::error::{CommandError, ErrorKind};
+use crate::error::{ErrorKind, HostError};
 use crate::output::{path_text, Doc, Style};
 use crate::session_view;
 use crate::status_json::to_json;
@@ -24,7 +24,7 @@ pub struct StatusArgs {
     pub name: Option<String>,
 }
 
-pub fn run(args: StatusArgs, ctx: &Context) -> Result<Report, CommandError> {
+pub fn run(args: StatusArgs, ctx: &Context) -> Result<Report, HostError> {
     let (name, _) = resolve_name(ctx, args.name.as_deref())?;
     let setup = setup(ctx, false)?;
     let report =
@@ -40,7 +40,7 @@ pub fn run(args: StatusArgs, ctx: &Context) -> Result<Report, CommandError> {
     Ok(match report.health {
         Health::Ready => out,
         health => out.with_failure(
-            CommandError::new(
+            HostError::new(
                 ErrorKind::Failed,
                 "status.not_ready",
                 format!("sandbox {name} is {health}"),
@@ -54,15 +54,15 @@ pub fn run(args: StatusArgs, ctx: &Context) -> Result<Report, CommandError> {
 fn sessions_of(
     host: &airlock_host::Host,
     report: &StatusReport,
-) -> Option<Result<Vec<SessionInfo>, CommandError>> {
+) -> Option<Result<Vec<SessionInfo>, HostError>> {
     let record = report
         .record
         .as_ref()
         .filter(|_| report.health == Health::Ready)?;
-    Some(airlock_host::sessions::list(host, record).map_err(CommandError::from))
+    Some(airlock_host::sessions::list(host, record))
 }
 
-fn render_sessions(doc: &mut Doc, sessions: &Option<Result<Vec<SessionInfo>, CommandError>>) {
+fn render_sessions(doc: &mut Doc, sessions: &Option<Result<Vec<SessionInfo>, HostError>>) {
     let Some(sessions) = sessions else { return };
     doc.heading("Sessions");
     match sessions {
@@ -91,7 +91,7 @@ fn health_style(h: Health) -> Style {
     }
 }
 
-fn render(r: &StatusReport, sessions: &Option<Result<Vec<SessionInfo>, CommandError>>) -> Doc {
+fn render(r: &StatusReport, sessions: &Option<Result<Vec<SessionInfo>, HostError>>) -> Doc {
     let mut doc = Doc::new();
     doc.heading("Sandbox");
     doc.field(1, "name", r.name.as_str());

@@ -13,9 +13,10 @@ use airlock_core::TrustStore;
 use clap::Args;
 
 use super::Report;
-use crate::context::{active_project, ensure_root, Context};
-use crate::error::{CommandError, ErrorKind};
+use crate::context::{active_project, Context};
+use crate::error::{ErrorKind, HostError};
 use crate::output::{path_text, Doc, Style};
+use airlock_host::paths::ensure_root;
 
 #[derive(Args, Debug)]
 pub struct TrustArgs {}
@@ -23,7 +24,7 @@ pub struct TrustArgs {}
 #[derive(Args, Debug)]
 pub struct UntrustArgs {}
 
-pub fn run_trust(_args: TrustArgs, ctx: &Context) -> Result<Report, CommandError> {
+pub fn run_trust(_args: TrustArgs, ctx: &Context) -> Result<Report, HostError> {
     let roots = ctx.roots()?;
     let project = active_project(ctx)?;
     // Validate first: errors are reported (exit 2) and nothing is recorded. The digest trusted
@@ -65,7 +66,7 @@ pub fn run_trust(_args: TrustArgs, ctx: &Context) -> Result<Report, CommandError
     Ok(Report::new(doc, json))
 }
 
-pub fn run_untrust(_args: UntrustArgs, ctx: &Context) -> Result<Report, CommandError> {
+pub fn run_untrust(_args: UntrustArgs, ctx: &Context) -> Result<Report, HostError> {
     let roots = ctx.roots()?;
     let project = active_project(ctx)?;
     let project = project.root;
@@ -94,8 +95,8 @@ pub fn run_untrust(_args: UntrustArgs, ctx: &Context) -> Result<Report, CommandE
     Ok(Report::new(doc, json))
 }
 
-fn no_config(path: &Path) -> CommandError {
-    CommandError::new(
+fn no_config(path: &Path) -> HostError {
+    HostError::new(
         ErrorKind::Config,
         "project.no_config",
         format!(

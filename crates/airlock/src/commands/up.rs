@@ -34,7 +34,7 @@ use airlock_host::Host;
 
 use super::Report;
 use crate::context::{active_project, resolve_name, setup, Context};
-use crate::error::CommandError;
+use crate::error::HostError;
 use crate::lib_errors::attach_error;
 use crate::output::{Doc, Style};
 
@@ -56,12 +56,12 @@ pub struct UpArgs {
 
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 
-pub fn run(args: UpArgs, ctx: &Context) -> Result<Report, CommandError> {
+pub fn run(args: UpArgs, ctx: &Context) -> Result<Report, HostError> {
     let t0 = Instant::now();
     let (name, project) = resolve_name(ctx, args.name.as_deref())?;
     let has_terminal = ctx.stdin_is_terminal && ctx.stdout_is_terminal;
     if !args.no_attach && !has_terminal {
-        return Err(CommandError::usage(
+        return Err(HostError::usage(
             "`up` ends attached to the default session, which needs a terminal on stdin and stdout",
         )
         .with_hint(
@@ -120,7 +120,7 @@ pub fn run(args: UpArgs, ctx: &Context) -> Result<Report, CommandError> {
     let total = ms(t0.elapsed());
     if cancel.cancelled() {
         // L7: Ctrl+C came after the sandbox was ready; keep it and say so.
-        return Err(CommandError::new(
+        return Err(HostError::new(
             crate::error::ErrorKind::Interrupted,
             "lifecycle.cancelled",
             format!("cancelled; sandbox {name} was already ready and is kept"),
@@ -142,7 +142,7 @@ pub fn run(args: UpArgs, ctx: &Context) -> Result<Report, CommandError> {
         &roots,
     )?);
     // Issue 11: the user config's `[[ports]]`, on every `up` (fresh or retained).
-    notes.extend(super::ports::publish_configured(
+    notes.extend(airlock_host::lifecycle::ports::publish_configured(
         &outcome.record.paths.runtime_dir,
         &effective.ports,
     ));
@@ -252,9 +252,9 @@ fn ensure_default(
     host: &Host,
     record: &airlock_core::records::SandboxRecord,
     plan: &AttachPlan,
-) -> Result<(String, Opened), CommandError> {
+) -> Result<(String, Opened), HostError> {
     let Some(spec) = plan.create.clone() else {
-        return Err(CommandError::internal(
+        return Err(HostError::internal(
             "session.default",
             "the default session has no spec",
         ));

@@ -5,7 +5,7 @@ use clap::Args;
 
 use super::Report;
 use crate::context::Context;
-use crate::error::CommandError;
+use crate::error::HostError;
 use crate::output::Doc;
 
 /// The release version of this build.
@@ -27,7 +27,7 @@ pub const LONG_VERSION: &str = concat!(
 #[derive(Args, Debug)]
 pub struct VersionArgs {}
 
-pub fn run(_args: VersionArgs, _ctx: &Context) -> Result<Report, CommandError> {
+pub fn run(_args: VersionArgs, _ctx: &Context) -> Result<Report, HostError> {
     let mut doc = Doc::new();
     doc.heading("airlock")
         .field(1, "version", VERSION)

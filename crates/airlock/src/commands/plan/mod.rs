@@ -21,7 +21,7 @@ use clap::Args;
 
 use super::Report;
 use crate::context::{discover_project, Context};
-use crate::error::CommandError;
+use crate::error::HostError;
 use airlock_host::config::load_effective;
 
 #[derive(Args, Debug)]
@@ -31,7 +31,7 @@ pub struct PlanArgs {
     pub memory_mb: Option<u64>,
 }
 
-pub fn run(args: PlanArgs, ctx: &Context) -> Result<Report, CommandError> {
+pub fn run(args: PlanArgs, ctx: &Context) -> Result<Report, HostError> {
     let roots = ctx.roots()?;
     let project = discover_project(ctx)?;
     let mut notes = Vec::new();
@@ -43,7 +43,7 @@ pub fn run(args: PlanArgs, ctx: &Context) -> Result<Report, CommandError> {
     };
     let comparison = airlock_host::lifecycle::compare::compare(&roots, &effective);
     let encode = |e: serde_json::Error| {
-        CommandError::internal(
+        HostError::internal(
             "plan.encode",
             format!("cannot encode the plan as JSON: {e}"),
         )
@@ -60,7 +60,7 @@ pub fn run(args: PlanArgs, ctx: &Context) -> Result<Report, CommandError> {
             serde_json::to_value(&comparison).map_err(encode)?,
         );
     }
-    let mut doc = render::render(&effective, &secrets);
+    let mut doc = render::render(&effective, &roots, &secrets);
     running::render(&mut doc, &comparison);
     let mut report = Report::new(doc, json);
     for n in notes {

@@ -6,16 +6,16 @@
 //! origin. Every string from a config file or the file system is escaped by [`Doc`].
 
 use airlock_config::effective::{Agent, Image, LoadedFile, ProvisionStep, StepOwner};
-use airlock_config::{Action, Effective, Origin, Rule, RuleOrigin, Sourced};
+use airlock_config::{Action, Effective, Origin, Roots, Rule, RuleOrigin, Sourced};
 
 use airlock_secrets::SecretInfo;
 
 use crate::output::{path_text, Doc, Style};
 
-pub fn render(e: &Effective, secrets: &[SecretInfo]) -> Doc {
+pub fn render(e: &Effective, roots: &Roots, secrets: &[SecretInfo]) -> Doc {
     let mut doc = Doc::new();
     files(&mut doc, e);
-    sandbox(&mut doc, e);
+    sandbox(&mut doc, e, roots);
     mappings(&mut doc, e);
     network(&mut doc, e);
     secrets_section(&mut doc, secrets);
@@ -130,30 +130,12 @@ fn files(doc: &mut Doc, e: &Effective) {
     }
 }
 
-/// `image NAME sha256:…` (the digest `up` records and compares, L1), or the name alone when
-/// the store cannot be read here (`up` reports why).
-fn imported_label(name: &str) -> String {
-    let info = airlock_config::Roots::from_env(|k| std::env::var_os(k))
-        .ok()
-        .and_then(|roots| {
-            airlock_image::Store::open_existing(&roots.data)
-                .ok()
-                .flatten()
-        })
-        .zip(airlock_image::ImageName::parse(name).ok())
-        .and_then(|(store, name)| store.get(&name).ok());
-    match info {
-        Some(info) => airlock_image::plan_label(&info),
-        None => format!("image {name}"),
-    }
-}
-
-fn sandbox(doc: &mut Doc, e: &Effective) {
+fn sandbox(doc: &mut Doc, e: &Effective, roots: &Roots) {
     doc.heading("Sandbox");
     let image = match &e.image.value {
         Image::Host => "host".to_owned(),
         Image::Directory(p) => format!("directory {}", path_text(p)),
-        Image::Named(n) => imported_label(n),
+        Image::Named(n) => airlock_host::images::plan_label(roots, n),
     };
     sourced(doc, "image", &image, e.image.origin);
     let agent = e.agent.value.as_deref().unwrap_or("none (your shell)");

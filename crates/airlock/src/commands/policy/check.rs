@@ -13,7 +13,7 @@ use clap::Args;
 
 use super::super::Report;
 use crate::context::{discover_project, Context};
-use crate::error::{CommandError, ErrorKind};
+use crate::error::{ErrorKind, HostError};
 use crate::output::{Doc, Style};
 use airlock_host::config::current_network;
 use airlock_host::egress::check::verdict;
@@ -25,9 +25,9 @@ pub struct CheckArgs {
     pub target: String,
 }
 
-pub fn run(args: CheckArgs, ctx: &Context) -> Result<Report, CommandError> {
+pub fn run(args: CheckArgs, ctx: &Context) -> Result<Report, HostError> {
     let (host, port) = parse_target(&args.target).map_err(|e| {
-        CommandError::new(ErrorKind::Usage, "policy.bad_target", e.to_string())
+        HostError::new(ErrorKind::Usage, "policy.bad_target", e.to_string())
             .with_hint("give one destination, e.g. `api.example.com` or `api.example.com:8443`")
     })?;
     let roots = ctx.roots()?;

@@ -14,19 +14,17 @@
 //! lines until Ctrl+C (which ends the process: nothing needs restoring) or until stdout closes.
 
 use std::io::{self, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
-use airlock_config::Roots;
-use airlock_core::lifecycle::Stores;
 use airlock_core::names::SandboxName;
-use airlock_host::paths::audit_log_path;
-use airlock_proxy::audit::{AuditEntry, AuditError, AuditFollower, Verdict};
+use airlock_host::paths::recorded_audit_log;
+use airlock_proxy::audit::{AuditEntry, AuditFollower, Verdict};
 use clap::Args;
 
 use super::super::Report;
 use crate::context::{resolve_name, Context};
-use crate::error::CommandError;
+use crate::error::HostError;
 use crate::output::{escape_untrusted, path_text, Doc, Style};
 
 /// How often `--follow` looks for new lines.
@@ -42,10 +40,10 @@ pub struct LogArgs {
     pub name: Option<String>,
 }
 
-pub fn run(args: LogArgs, ctx: &Context) -> Result<Report, CommandError> {
+pub fn run(args: LogArgs, ctx: &Context) -> Result<Report, HostError> {
     let roots = ctx.roots()?;
     let (name, _) = resolve_name(ctx, args.name.as_deref())?;
-    let Some(path) = recorded_log(&roots, &name)? else {
+    let Some(path) = recorded_audit_log(&roots, &name)? else {
         return Ok(nothing(
             &name,
             None,
@@ -55,7 +53,7 @@ pub fn run(args: LogArgs, ctx: &Context) -> Result<Report, CommandError> {
     if args.follow {
         return follow(&path, ctx.json);
     }
-    let entries = airlock_proxy::read_entries(&path).map_err(audit_error)?;
+    let entries = airlock_proxy::read_entries(&path)?;
     if entries.is_empty() {
         return Ok(nothing(
             &name,
@@ -69,14 +67,6 @@ pub fn run(args: LogArgs, ctx: &Context) -> Result<Report, CommandError> {
     }
     let json = serde_json::json!({ "sandbox": name, "log": path, "entries": entries });
     Ok(Report::new(doc, json))
-}
-
-/// The log path of `name`'s recorded sandbox, if there is a record.
-fn recorded_log(roots: &Roots, name: &SandboxName) -> Result<Option<PathBuf>, CommandError> {
-    let stores = Stores::open(&roots.state)?;
-    Ok(stores
-        .record(name)?
-        .map(|record| audit_log_path(&record.data.paths)))
 }
 
 fn nothing(name: &SandboxName, path: Option<&Path>, why: &str) -> Report {
@@ -126,14 +116,14 @@ fn entry_line(e: &AuditEntry) -> String {
 }
 
 /// Prints entries as they arrive until Ctrl+C or a closed stdout.
-fn follow(path: &Path, json: bool) -> Result<Report, CommandError> {
+fn follow(path: &Path, json: bool) -> Result<Report, HostError> {
     let mut follower = AuditFollower::from_start(path);
     let mut out = io::stdout();
     loop {
-        for e in follower.poll().map_err(audit_error)? {
+        for e in follower.poll()? {
             let line = if json {
                 serde_json::to_string(&e).map_err(|err| {
-                    CommandError::internal("output.encode", format!("cannot encode: {err}"))
+                    HostError::internal("output.encode", format!("cannot encode: {err}"))
                 })?
             } else {
                 escape_untrusted(&entry_line(&e)).into_owned()
@@ -144,7 +134,7 @@ fn follow(path: &Path, json: bool) -> Result<Report, CommandError> {
                     return Ok(Report::new(Doc::new(), serde_json::Value::Null));
                 }
                 Err(err) => {
-                    return Err(CommandError::internal(
+                    return Err(HostError::internal(
                         "output.write",
                         format!("cannot write the output: {err}"),
                     ))
@@ -152,15 +142,6 @@ fn follow(path: &Path, json: bool) -> Result<Report, CommandError> {
             }
         }
         std::thread::sleep(FOLLOW_INTERVAL);
-    }
-}
-
-fn audit_error(e: AuditError) -> CommandError {
-    let hint = "check the permissions of airlock's state directory";
-    match e {
-        e @ (AuditError::Open { .. } | AuditError::Read { .. }) => {
-            CommandError::internal("audit.io", e.to_string()).with_hint(hint)
-        }
     }
 }
 

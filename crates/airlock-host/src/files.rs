@@ -12,15 +12,13 @@
 
 use std::path::PathBuf;
 
-use airlock_core::backend::Backend;
-use airlock_core::lifecycle::{self, Health};
 use airlock_core::names::SandboxName;
 use airlock_core::records::SandboxRecord;
 use airlock_files::{ResolveError, TransferError, Wire};
 use airlock_protocol::ErrorCode;
 
 use crate::error::{ErrorKind, HostError};
-use crate::lifecycle::{key_of, lifecycle_error, Host};
+use crate::lifecycle::Host;
 use crate::wire::{StartRequest, START_FILE};
 
 /// The record of `name` when it is ready; else exit 1 with the next action.
@@ -29,16 +27,7 @@ pub fn ready(
     name: &SandboxName,
     verb: &'static str,
 ) -> Result<SandboxRecord, HostError> {
-    let status = lifecycle::status(&host.stores, &host.backend, name).map_err(lifecycle_error)?;
-    match (status.health, status.record) {
-        (Health::Ready, Some(record)) => Ok(record),
-        (health, _) => Err(HostError::new(
-            ErrorKind::Failed,
-            not_ready_code(verb),
-            format!("sandbox {name} is {health}, not ready"),
-        )
-        .with_hint(format!("next: {}", status.next))),
-    }
+    crate::lifecycle::ready(host, name, not_ready_code(verb))
 }
 
 fn not_ready_code(verb: &'static str) -> &'static str {
@@ -92,13 +81,9 @@ fn unreadable(path: &std::path::Path, why: &str) -> HostError {
 
 /// Opens an authenticated transfer stream to the sandbox's PID 1.
 pub fn open_transfer(host: &Host, record: &SandboxRecord) -> Result<Wire, HostError> {
-    let channel = host
-        .backend
-        .connect(record)
-        .map_err(|e| lifecycle_error(e.into()))?;
-    let key = key_of(&channel.key)?;
+    let (stream, key) = crate::lifecycle::open_stream(host, record)?;
     airlock_files::raise_open_files_limit();
-    airlock_files::connect(channel.stream, &key).map_err(|e| transfer_error(e, "files"))
+    airlock_files::connect(stream, &key).map_err(|e| transfer_error(e, "files"))
 }
 
 /// The error of a transfer interrupted by Ctrl+C (exit 130): nothing was published.

@@ -10,22 +10,20 @@
 //! created otherwise ([`tmux_command`]).
 
 use std::collections::BTreeMap;
-use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
 use airlock_config::Effective;
-use airlock_core::backend::Backend;
-use airlock_core::lifecycle::{self, Health};
 use airlock_core::names::SandboxName;
 use airlock_core::records::SandboxRecord;
 use airlock_protocol::session::EnsureRequest;
 use airlock_protocol::{
-    DetachKey, Key, Opened, SessionClient, SessionClientError, SessionCommand, SessionErrorCode,
+    DetachKey, Opened, SessionClient, SessionClientError, SessionCommand, SessionErrorCode,
     SessionInfo, SessionSpec, WindowSize,
 };
 
 use crate::error::{ErrorKind, HostError};
-use crate::lifecycle::{key_of, lifecycle_error, Host};
+pub use crate::lifecycle::open_stream;
+use crate::lifecycle::Host;
 use crate::wire::{StartRequest, START_FILE};
 
 pub use airlock_protocol::DEFAULT_SESSION;
@@ -37,25 +35,7 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The ready sandbox `name`'s record; `Failed` (exit 1) with the next action otherwise.
 pub fn ready_record(host: &Host, name: &SandboxName) -> Result<SandboxRecord, HostError> {
-    let status = lifecycle::status(&host.stores, &host.backend, name).map_err(lifecycle_error)?;
-    match (status.health, status.record) {
-        (Health::Ready, Some(record)) => Ok(record),
-        (health, _) => Err(HostError::new(
-            ErrorKind::Failed,
-            "session.not_ready",
-            format!("sandbox {name} is {health}, not ready"),
-        )
-        .with_hint(format!("next: {}", status.next))),
-    }
-}
-
-/// A new stream to the sandbox's PID 1 and the epoch key that authenticates it.
-pub fn open_stream(host: &Host, record: &SandboxRecord) -> Result<(UnixStream, Key), HostError> {
-    let channel = host
-        .backend
-        .connect(record)
-        .map_err(|e| lifecycle_error(e.into()))?;
-    Ok((channel.stream, key_of(&channel.key)?))
+    crate::lifecycle::ready(host, name, "session.not_ready")
 }
 
 fn client(host: &Host, record: &SandboxRecord) -> Result<SessionClient, HostError> {

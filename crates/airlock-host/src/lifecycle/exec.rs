@@ -10,14 +10,13 @@ use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 
-use airlock_core::lifecycle::{self, Health};
 use airlock_core::names::SandboxName;
 use airlock_core::records::SandboxRecord;
 use airlock_protocol::ExecRequest;
 
 use crate::error::{ErrorKind, HostError};
 use crate::lifecycle::backend::{oom_kills, with_socket_path, SOCKET};
-use crate::lifecycle::{lifecycle_error, Host};
+use crate::lifecycle::Host;
 use crate::run::limits::OutOfMemory;
 use crate::wire::{KeeperAnswer, StartRequest, MODE_DETACHED, START_FILE};
 
@@ -58,18 +57,7 @@ pub fn ready_for_exec(
     host: &Host,
     name: &SandboxName,
 ) -> Result<(SandboxRecord, StartRequest), HostError> {
-    let status = lifecycle::status(&host.stores, &host.backend, name).map_err(lifecycle_error)?;
-    let record = match (status.health, status.record) {
-        (Health::Ready, Some(record)) => record,
-        (health, _) => {
-            return Err(HostError::new(
-                ErrorKind::Failed,
-                "exec.not_ready",
-                format!("sandbox {name} is {health}, not ready"),
-            )
-            .with_hint(format!("next: {}", status.next)))
-        }
-    };
+    let record = crate::lifecycle::ready(host, name, "exec.not_ready")?;
     let start_path = record.paths.state_dir.join(START_FILE);
     let start = std::fs::read(&start_path)
         .ok()

@@ -12,13 +12,14 @@ pub mod runs;
 
 use std::time::Duration;
 
-use airlock_core::backend::BackendError;
-use airlock_core::lifecycle::{LifecycleError, Stores};
+use airlock_core::backend::{Backend, BackendError};
+use airlock_core::lifecycle::{Health, LifecycleError, Stores};
 use airlock_core::names::SandboxName;
-use airlock_core::records::{MappingSummary, PlanSummary, SandboxPaths};
+use airlock_core::records::{MappingSummary, PlanSummary, SandboxPaths, SandboxRecord};
 use airlock_linux::spec::{Image, SandboxSpec};
 use airlock_protocol::Key;
 
+use std::os::unix::net::UnixStream;
 use std::path::Path;
 
 use airlock_config::Roots;
@@ -229,6 +230,35 @@ pub fn plan_summary(spec: &SandboxSpec) -> PlanSummary {
         pids_max: spec.limits.pids_max.map(|l| l.value),
         cpus: spec.limits.cpus.map(|l| l.value),
     }
+}
+
+/// The record of `name` when it is ready; otherwise `Failed` (exit 1) with `code` (the verb's
+/// own, e.g. `exec.not_ready`) and the next action.
+pub fn ready(
+    host: &Host,
+    name: &SandboxName,
+    code: &'static str,
+) -> Result<SandboxRecord, HostError> {
+    let status = airlock_core::lifecycle::status(&host.stores, &host.backend, name)
+        .map_err(lifecycle_error)?;
+    match (status.health, status.record) {
+        (Health::Ready, Some(record)) => Ok(record),
+        (health, _) => Err(HostError::new(
+            ErrorKind::Failed,
+            code,
+            format!("sandbox {name} is {health}, not ready"),
+        )
+        .with_hint(format!("next: {}", status.next))),
+    }
+}
+
+/// A new stream to the sandbox's PID 1 and the epoch key that authenticates it.
+pub fn open_stream(host: &Host, record: &SandboxRecord) -> Result<(UnixStream, Key), HostError> {
+    let channel = host
+        .backend
+        .connect(record)
+        .map_err(|e| lifecycle_error(e.into()))?;
+    Ok((channel.stream, key_of(&channel.key)?))
 }
 
 /// The epoch key as the protocol wants it.

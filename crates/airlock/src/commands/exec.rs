@@ -10,8 +10,7 @@
 //! command's process id inside the sandbox (JSON: `{"detached": true, "pid": N}`).
 //! Processes a command leaves in the background keep running after `exec` returns.
 
-use airlock_core::backend::Backend;
-use airlock_host::lifecycle::{exec, lifecycle_error};
+use airlock_host::lifecycle::exec;
 use clap::Args;
 
 use super::Report;
@@ -57,15 +56,10 @@ pub fn run(args: ExecArgs, ctx: &Context) -> Result<Report, HostError> {
             serde_json::json!({ "detached": true, "pid": pid }),
         ));
     }
-    let channel = setup
-        .backend
-        .connect(&record)
-        .map_err(|e| lifecycle_error(e.into()))?;
-    let key = airlock_host::lifecycle::key_of(&channel.key)?;
+    let (stream, key) = airlock_host::lifecycle::open_stream(&setup, &record)?;
     let oom_watch = exec::OomWatch::start(&record);
-    let outcome =
-        airlock_term::stream::run_stream(channel.stream, &key, &request, args.cmd.interactive)
-            .map_err(|e| untrusted(e.into()));
+    let outcome = airlock_term::stream::run_stream(stream, &key, &request, args.cmd.interactive)
+        .map_err(|e| untrusted(e.into()));
     // An OOM kill during the command explains a lost stream (9.10): 137, not 70.
     let oom = oom_watch.since(&record);
     if let Some(oom) = &oom {

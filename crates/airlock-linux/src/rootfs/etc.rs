@@ -7,13 +7,16 @@
 //! files in the scratch tmpfs, so they never touch the host and need no write access to the
 //! (possibly `nobody`-owned) lower layer.
 
+use std::collections::BTreeSet;
 use std::fs;
 use std::path::{Path, PathBuf};
 
 use nix::mount::MsFlags;
 
+use super::accounts::{self, Account};
 use super::{bind, mount_raw, remount_bind, write_file, RootfsError};
 use crate::bootstrap::Bootstrap;
+use crate::spec::Image;
 
 /// Secret files under `/etc`, masked when present.
 const SECRET_FILES: &[&str] = &["shadow", "shadow-", "gshadow", "gshadow-"];
@@ -47,10 +50,11 @@ pub(super) fn apply(root: &Path, scratch: &Path, boot: &Bootstrap) -> Result<(),
             )?;
         }
     }
+    let passwd = passwd(root, boot);
     let generated = [
         ("machine-id", machine_id()?),
-        ("passwd", passwd(boot)),
-        ("group", group(boot)),
+        ("passwd", passwd.clone()),
+        ("group", group(&etc, boot, &passwd)),
         ("hostname", format!("{}\n", boot.spec.hostname)),
         ("hosts", hosts(&boot.spec.hostname)),
     ];
@@ -128,31 +132,74 @@ pub fn sandbox_user_name(host_name: &str) -> String {
     }
 }
 
-fn shell() -> &'static str {
-    if Path::new("/bin/bash").exists() {
+/// The login shell of root and the sandbox user: bash when the image has it. Checked without
+/// following any link (before `pivot_root` an image's absolute link would resolve on the host).
+fn shell(root: &Path) -> &'static str {
+    let real_file = |rel: &str| {
+        let mut at = root.to_path_buf();
+        let parts: Vec<&str> = rel.split('/').collect();
+        for (i, part) in parts.iter().enumerate() {
+            at.push(part);
+            match fs::symlink_metadata(&at) {
+                Ok(m) if i + 1 == parts.len() => return m.is_file(),
+                Ok(m) if m.is_dir() => {}
+                _ => return false,
+            }
+        }
+        false
+    };
+    if real_file("bin/bash") || real_file("usr/bin/bash") {
         "/bin/bash"
     } else {
         "/bin/sh"
     }
 }
 
-fn passwd(boot: &Bootstrap) -> String {
+/// Whether only the image's system accounts join (the host image: its people's accounts are
+/// the host's, see `accounts.rs`).
+fn system_only(boot: &Bootstrap) -> bool {
+    matches!(boot.spec.image, Image::Host)
+}
+
+/// root, the sandbox user, nobody, then the image's own accounts (`accounts.rs`).
+fn passwd(root: &Path, boot: &Bootstrap) -> String {
+    let name = sandbox_user_name(&boot.spec.user.name);
+    let generated = [
+        Account { name: "root", id: 0 },
+        Account { name: &name, id: boot.sandbox_uid },
+        Account { name: "nobody", id: 65534 },
+    ];
+    let image = accounts::read_image_db(&root.join("etc/passwd")).unwrap_or_default();
     format!(
         "root:x:0:0:root:/root:{sh}\n{name}:x:{uid}:{gid}:{name}:{home}:{sh}\n\
-         nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
-        sh = shell(),
-        name = sandbox_user_name(&boot.spec.user.name),
+         nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n{merged}",
+        sh = shell(root),
         uid = boot.sandbox_uid,
         gid = boot.sandbox_gid,
         home = boot.spec.user.home.display(),
+        merged = accounts::merge_passwd(&generated, &image, system_only(boot)),
     )
 }
 
-fn group(boot: &Bootstrap) -> String {
+/// root, the sandbox user's group, nogroup, then the image's own groups; `passwd` is the
+/// generated passwd (whose names are the members a host image's groups may keep).
+fn group(etc: &Path, boot: &Bootstrap, passwd: &str) -> String {
+    let name = sandbox_user_name(&boot.spec.user.name);
+    let generated = [
+        Account { name: "root", id: 0 },
+        Account { name: &name, id: boot.sandbox_gid },
+        Account { name: "nogroup", id: 65534 },
+    ];
+    let users: BTreeSet<String> = passwd
+        .lines()
+        .filter_map(|l| l.split(':').next())
+        .map(str::to_owned)
+        .collect();
+    let image = accounts::read_image_db(&etc.join("group")).unwrap_or_default();
     format!(
-        "root:x:0:\n{name}:x:{gid}:\nnogroup:x:65534:\n",
-        name = sandbox_user_name(&boot.spec.user.name),
+        "root:x:0:\n{name}:x:{gid}:\nnogroup:x:65534:\n{merged}",
         gid = boot.sandbox_gid,
+        merged = accounts::merge_group(&generated, &image, system_only(boot), &users),
     )
 }
 

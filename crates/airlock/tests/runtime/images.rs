@@ -195,3 +195,50 @@ both! {
         assert!(!out.contains("HOST-SECRET-TOKEN"), "a host file reached the sandbox: {run:?}");
     }
 }
+
+both! {
+    /// Issue 12: the generated `/etc/passwd` and `/etc/group` keep the image's own accounts
+    /// (apt looks up `_apt`) beside root, the sandbox user and nobody. The image's files are
+    /// hostile input: an entry claiming uid 0, the sandbox user's name or a malformed line is
+    /// left out, and a password hash never reaches the generated file.
+    fn the_images_own_users_and_groups_stay_beside_the_sandbox_user(rt) {
+        let Some(tree) = tiny_tree(&rt, &rt.env.dir("tiny")) else { return };
+        std::fs::create_dir_all(tree.join("etc")).unwrap();
+        std::fs::write(
+            tree.join("etc/passwd"),
+            "root:x:0:0:root:/root:/bin/bash\n\
+             _apt:x:42:65534::/nonexistent:/usr/sbin/nologin\n\
+             toor:$6$hash:0:0:second root:/root:/bin/sh\n\
+             broken:x:notanumber:1::/:/bin/sh\n\
+             short:x:7\n\
+             daemon:x:1:1:daemon:/usr/sbin:/usr/sbin/nologin\n",
+        )
+        .unwrap();
+        std::fs::write(
+            tree.join("etc/group"),
+            "root:x:0:\nadm:x:4:_apt,bad name\nnogroup:x:65534:\nstaff:x:50:\n",
+        )
+        .unwrap();
+        rt.hand_over(&tree);
+        import(&rt, &pack(&rt, &tree), "accounts");
+        use_image(&rt, "accounts");
+        let run = rt.run_args(&["run", "--", "/bin/tiny", "cat", "/etc/passwd"], None);
+        let passwd = ok(&run);
+        assert!(
+            passwd.contains("_apt:x:42:65534::/nonexistent:/usr/sbin/nologin\n"),
+            "{passwd}"
+        );
+        assert!(passwd.contains("daemon:x:1:1:"), "{passwd}");
+        assert!(passwd.starts_with("root:x:0:0:"), "{passwd}");
+        for gone in ["toor", "$6$hash", "broken", "short"] {
+            assert!(!passwd.contains(gone), "{gone} reached the sandbox: {passwd}");
+        }
+        assert_eq!(passwd.matches(":x:0:").count(), 1, "{passwd}");
+        let run = rt.run_args(&["run", "--", "/bin/tiny", "cat", "/etc/group"], None);
+        let group = ok(&run);
+        assert!(group.contains("adm:x:4:_apt\n"), "{group}");
+        assert!(group.contains("staff:x:50:\n"), "{group}");
+        assert_eq!(group.matches("nogroup").count(), 1, "{group}");
+        assert_eq!(group.matches(":x:0:").count(), 1, "{group}");
+    }
+}

@@ -16,6 +16,9 @@ pub enum E {
     Dev(&'static str),
     /// A raw name (absolute, `..`) written as it is.
     RawFile(&'static [u8], &'static [u8]),
+    /// A file whose owner is only in a preceding pax extended header (`uid`, `gid`), as tar
+    /// writes ids that do not fit the header's octal field; the header itself says root.
+    PaxOwned(&'static str, u64, u64),
 }
 
 pub fn tar(entries: &[E]) -> Vec<u8> {
@@ -65,6 +68,14 @@ pub fn tar(entries: &[E]) -> Vec<u8> {
                 h.set_entry_type(tar::EntryType::Regular);
                 h.set_mode(0o644);
                 (*n, *d)
+            }
+            E::PaxOwned(n, uid, gid) => {
+                let (uid, gid) = (uid.to_string(), gid.to_string());
+                b.append_pax_extensions([("uid", uid.as_bytes()), ("gid", gid.as_bytes())])
+                    .unwrap();
+                h.set_entry_type(tar::EntryType::Regular);
+                h.set_mode(0o644);
+                (n.as_bytes(), b"pax")
             }
         };
         raw_field(&mut h, 0, 100, name);

@@ -190,6 +190,31 @@ fn archive_owners_are_kept_for_a_root_invoker() {
     assert_eq!(ids("user-file"), (1000, 100));
 }
 
+/// Issue 12: owners written only in pax extended headers (how tar records ids too large for
+/// the header's field, and how some image builders record every owner) are honoured, and
+/// checked against the sandbox's id range like the header's.
+#[test]
+fn pax_owner_ids_are_honoured_for_a_root_invoker() {
+    if !airlock_testkit::needs_root("only root can give files other owners") {
+        return;
+    }
+    let w = world();
+    w.import(
+        "pax",
+        &tar(&[E::PaxOwned("pax-file", 1000, 100), E::File("plain", b"x", 0o644)]),
+    )
+    .unwrap();
+    let root = w.root("pax");
+    let ids = |p: &str| {
+        let m = std::fs::symlink_metadata(root.join(p)).unwrap();
+        (m.uid(), m.gid())
+    };
+    assert_eq!(ids("pax-file"), (1000, 100));
+    assert_eq!(ids("plain"), (0, 0));
+    let msg = world().refused(&tar(&[E::PaxOwned("f", 70000, 0)]));
+    assert!(msg.contains("70000"), "{msg}");
+}
+
 #[test]
 fn owner_ids_beyond_the_sandbox_map_are_refused() {
     if !airlock_testkit::needs_root("ids are only kept (and checked) when importing as root") {

@@ -7,6 +7,7 @@
 //! denied.
 
 mod builds;
+mod debian_image;
 mod live;
 mod packages;
 mod proxy;

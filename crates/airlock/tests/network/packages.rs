@@ -25,7 +25,7 @@ fn sh(cmd: &str, cwd: &Path) -> String {
 
 /// A flat apt repository with one `Architecture: all` package, `airlock-hello`, built with
 /// dpkg-deb; `Packages` and `Release` written by hand (apt-ftparchive is not needed).
-fn build_repo(dir: &Path) -> PathBuf {
+pub(super) fn build_repo(dir: &Path) -> PathBuf {
     let repo = dir.join("repo");
     std::fs::create_dir_all(repo.join("../pkg/DEBIAN")).unwrap();
     std::fs::create_dir_all(repo.join("../pkg/usr/share/airlock-hello")).unwrap();
@@ -74,7 +74,7 @@ fn foreign_owned(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
-fn audit_lines(p: &Project) -> String {
+pub(super) fn audit_lines(p: &Project) -> String {
     let mut text = String::new();
     let dir = p.state_root().join("sandboxes");
     for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {

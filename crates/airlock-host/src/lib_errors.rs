@@ -305,6 +305,18 @@ impl From<StoreError> for HostError {
                 &e,
                 "remove the image with `airlock image rm NAME` and import it again",
             ),
+            StoreError::InUse { .. } => make(
+                ErrorKind::Failed,
+                "image.in_use",
+                &e,
+                "let the `airlock run` commands using it end first",
+            ),
+            StoreError::Removing { .. } => make(
+                ErrorKind::Failed,
+                "image.removing",
+                &e,
+                "`airlock image ls` shows whether it is still there",
+            ),
         }
     }
 }

@@ -8,9 +8,11 @@
 //! `.remove-<pid>-<n>/` (unpublished at once), then deletes it. Leftover `.import-*` and
 //! `.remove-*` directories whose process is gone are swept by the next import or removal.
 
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 
 use airlock_core::{check_private_dir, ensure_private_dir, write_atomic, DirPresence};
+use rustix::fs::{FlockOperation, Mode, OFlags};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
@@ -44,6 +46,10 @@ pub enum StoreError {
     Exists { name: String },
     #[error("no image named {name:?}")]
     NotFound { name: String },
+    #[error("image {name:?} is in use by a running sandbox (`airlock run`)")]
+    InUse { name: String },
+    #[error("image {name:?} is being removed")]
+    Removing { name: String },
     #[error("the metadata of image {name:?} ({path}) is unreadable: {why}")]
     Corrupt {
         name: String,
@@ -102,6 +108,12 @@ impl Staging {
     pub fn rootfs(&self) -> PathBuf {
         self.dir.join(ROOTFS)
     }
+}
+
+/// An open hold on an image ([`Store::hold`]); dropping it releases the hold.
+#[derive(Debug)]
+pub struct ImageHold {
+    _dir: OwnedFd,
 }
 
 fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> StoreError + 'a {
@@ -225,9 +237,46 @@ impl Store {
         }
     }
 
-    /// Unpublishes image `name` at once (a rename) and returns the directory left to delete.
+    /// A shared hold on image `name`, for a sandbox that uses it without a lifecycle record
+    /// (`airlock run`): while any hold is open, [`Store::unpublish`] refuses. It is a `flock`
+    /// on the image's directory, so it ends with the holding process however that ends.
+    pub fn hold(&self, name: &ImageName) -> Result<ImageHold, StoreError> {
+        let dir = self.lock(name, FlockOperation::NonBlockingLockShared)?;
+        dir.ok_or_else(|| StoreError::Removing {
+            name: name.to_string(),
+        })
+    }
+
+    /// Opens the directory of image `name` and takes `op` on it; `None` when another process
+    /// holds a conflicting lock.
+    fn lock(&self, name: &ImageName, op: FlockOperation) -> Result<Option<ImageHold>, StoreError> {
+        let path = self.dir.join(name.as_str());
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let dir = match rustix::fs::open(&path, flags, Mode::empty()) {
+            Ok(fd) => fd,
+            Err(rustix::io::Errno::NOENT) => {
+                return Err(StoreError::NotFound {
+                    name: name.to_string(),
+                })
+            }
+            Err(e) => return Err(io_err("open", &path)(e.into())),
+        };
+        match rustix::fs::flock(&dir, op) {
+            Ok(()) => Ok(Some(ImageHold { _dir: dir })),
+            Err(rustix::io::Errno::WOULDBLOCK) => Ok(None),
+            Err(e) => Err(io_err("lock", &path)(e.into())),
+        }
+    }
+
+    /// Unpublishes image `name` at once (a rename) and returns the directory left to delete;
+    /// refused while a sandbox holds it ([`Store::hold`]).
     pub fn unpublish(&self, name: &ImageName) -> Result<PathBuf, StoreError> {
         self.get(name)?;
+        let _exclusive = self
+            .lock(name, FlockOperation::NonBlockingLockExclusive)?
+            .ok_or_else(|| StoreError::InUse {
+                name: name.to_string(),
+            })?;
         let to = self.fresh_name(".remove");
         let from = self.dir.join(name.as_str());
         std::fs::rename(&from, &to).map_err(io_err("unpublish", &from))?;

@@ -34,6 +34,8 @@ pub struct EphemeralRun {
     egress: RunEgress,
     cgroup: limits::RunCgroup,
     warn: limits::Warn,
+    /// The imported image's hold: `image rm` refuses while this run lives.
+    _image: Option<airlock_image::ImageHold>,
 }
 
 impl EphemeralRun {
@@ -48,6 +50,7 @@ impl EphemeralRun {
         warn: limits::Warn,
     ) -> Result<Self, HostError> {
         ensure_root(roots, &roots.runtime)?;
+        let image = hold_image(roots, &spec.image)?;
         let opts = StartOptions {
             exe: PathBuf::from("/proc/self/exe"),
             sandboxes_dir: roots.runtime.join("sandboxes"),
@@ -98,6 +101,7 @@ impl EphemeralRun {
             egress,
             cgroup,
             warn,
+            _image: image,
         })
     }
 
@@ -135,11 +139,13 @@ impl EphemeralRun {
     /// that did not die cleanly is the error, for a warning: everything else was still torn
     /// down.
     pub fn finish(self, phases: &mut Phases) -> Result<(), StartError> {
+        // The image's hold (bound, not dropped) ends with this function, after the sandbox.
         let Self {
             sandbox,
             mut egress,
             mut cgroup,
             warn,
+            _image,
         } = self;
         egress.begin_stop();
         let destroyed = sandbox.destroy(Duration::from_secs(2));
@@ -351,6 +357,27 @@ fn fault_hook(stream: &std::os::unix::net::UnixStream) {
     {
         let _ = stream.shutdown(std::net::Shutdown::Both);
     }
+}
+
+/// A hold on the imported image a run uses (none for other images), taken before the sandbox
+/// starts and kept until the run ends, so `image rm` cannot take its tree away meanwhile (a
+/// sandbox of `up` is found through its record instead).
+fn hold_image(roots: &Roots, image: &Image) -> Result<Option<airlock_image::ImageHold>, HostError> {
+    let Image::Imported(i) = image else {
+        return Ok(None);
+    };
+    let unavailable = |detail: String| {
+        HostError::new(ErrorKind::Config, "image.not_found", detail)
+            .with_hint("`airlock image ls` lists the imported images")
+    };
+    let name = airlock_image::ImageName::parse(&i.name).map_err(unavailable)?;
+    let store = airlock_image::Store::open_existing(&roots.data)
+        .map_err(|e| unavailable(e.to_string()))?
+        .ok_or_else(|| unavailable(format!("no image named {name:?} is imported")))?;
+    store
+        .hold(&name)
+        .map(Some)
+        .map_err(|e| unavailable(e.to_string()))
 }
 
 /// The imported image `name`, as the backend needs it (its tree and, for L1, its digest).

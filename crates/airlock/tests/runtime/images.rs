@@ -8,7 +8,8 @@ use std::process::Command;
 use super::harness::{ok, Rt};
 
 /// `tiny`: `tiny cat FILE` prints FILE; `tiny uid` prints the uid; `tiny owner FILE` prints
-/// FILE's owner; otherwise it prints its
+/// FILE's owner; `tiny hold DIR` creates DIR/started, then waits (at most 60 s) for
+/// DIR/release; otherwise it prints its
 /// arguments one per line and exits 3 (so the status is visibly the guest command's).
 const TINY_C: &str = r#"
 #include <stdio.h>
@@ -24,6 +25,16 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (argc == 2 && strcmp(argv[1], "uid") == 0) { printf("%d\n", (int)getuid()); return 0; }
+    if (argc == 3 && strcmp(argv[1], "hold") == 0) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/started", argv[2]);
+        FILE *f = fopen(path, "w");
+        if (!f) { perror(path); return 1; }
+        fclose(f);
+        snprintf(path, sizeof path, "%s/release", argv[2]);
+        for (int i = 0; i < 1200 && access(path, F_OK) != 0; i++) usleep(50000);
+        return 0;
+    }
     if (argc == 3 && strcmp(argv[1], "owner") == 0) {
         struct stat st;
         if (stat(argv[2], &st) != 0) { perror(argv[2]); return 1; }
@@ -150,6 +161,33 @@ both! {
         ok(&rt.run_args(&["image", "rm", "tiny"], None));
         let ls = rt.run_args(&["image", "ls", "--json"], None);
         assert_eq!(ls.json()["images"], serde_json::json!([]), "{ls:?}");
+    }
+}
+
+both! {
+    /// Issue 12: `image rm` is refused while an `airlock run` sandbox (which has no lifecycle
+    /// record) uses the image, and works once the run ended.
+    fn image_rm_is_refused_while_a_run_uses_it(rt) {
+        let Some(tree) = tiny_tree(&rt, &rt.env.dir("tiny")) else { return };
+        import(&rt, &pack(&rt, &tree), "tiny");
+        use_image(&rt, "tiny");
+        let project = rt.project.to_str().unwrap().to_owned();
+        let mut run = rt
+            .command(&rt.project, &["run", "--", "/bin/tiny", "hold", &project])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn airlock run");
+        let started = crate::common::wait_until(std::time::Duration::from_secs(60), || {
+            rt.project.join("started").exists()
+        });
+        let rm = rt.run_args(&["image", "rm", "tiny"], None);
+        std::fs::write(rt.project.join("release"), "").unwrap();
+        let status = run.wait().unwrap();
+        assert!(started, "the run never started");
+        assert!(status.success(), "{status:?}");
+        rm.assert_code(1);
+        assert!(rm.stderr.contains("image.in_use"), "{rm:?}");
+        ok(&rt.run_args(&["image", "rm", "tiny"], None));
     }
 }
 

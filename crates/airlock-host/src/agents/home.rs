@@ -3,11 +3,11 @@
 //!
 //! [`base_files`] decides what to write (reading host files only through
 //! `airlock_config::agent_sync`, which never follows links and scans for credential shapes);
-//! [`apply`] writes it through the control channel as the sandbox user, each file staged and
-//! renamed into place. A skipped file is a note in `up`'s output naming the file and line; `up`
+//! [`apply`] writes it through the guest's file transfer as the sandbox user, each file
+//! published atomically, with no process started inside. A skipped file is a note in `up`'s output naming the file and line; `up`
 //! still succeeds.
 
-use std::collections::BTreeMap;
+use std::collections::BTreeSet;
 use std::io::Cursor;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -17,7 +17,7 @@ use airlock_config::sandbox_git::{self, GitSetup};
 use airlock_config::{Effective, Roots};
 use airlock_core::backend::Backend;
 use airlock_core::records::SandboxRecord;
-use airlock_protocol::{ExecClient, ExecRequest, ExecUser};
+use airlock_protocol::{ExecClient, ExecRequest};
 
 use crate::error::{ErrorKind, HostError};
 use crate::lifecycle::backend::LinuxBackend;
@@ -104,50 +104,118 @@ fn host_git_config(home: &Path, key: &str) -> Option<String> {
     (out.status.success() && !value.is_empty()).then(|| value.to_owned())
 }
 
-/// The writer: staged in the same directory, then renamed over the target.
-/// The staging name carries the writer's pid, so two writers never share one.
-const WRITE_SCRIPT: &str =
-    "set -e; umask 077; f=$1; t=$f.airlock-new.$$; mkdir -p -- \"${f%/*}\"; \
-    cat > \"$t\"; chmod \"$2\" \"$t\"; mv -f -- \"$t\" \"$f\"";
-
-/// Writes `files` into the sandbox home of the ready sandbox `record`, as the sandbox user.
+/// Writes `files` into the sandbox home of the ready sandbox `record` through the guest's file
+/// transfer (the path of `airlock push`), so nothing is run inside: an image without a shell
+/// takes them too. Each file is staged with its mode in a private temporary directory of the
+/// host and pushed with `replace` into its parent directory, which the guest publishes
+/// atomically as the sandbox user, following no link inside; a missing parent directory is
+/// pushed first, empty and 0700.
 pub fn apply(
     backend: &LinuxBackend,
     record: &SandboxRecord,
     home: &Path,
     files: &[HomeFile],
 ) -> Result<(), HostError> {
-    for f in files {
+    let staging = tempfile::Builder::new()
+        .prefix("airlock-home-")
+        .tempdir()
+        .map_err(|e| write_error(home, &format!("cannot stage the home files: {e}")))?;
+    let mut present: BTreeSet<PathBuf> = BTreeSet::new();
+    for (i, f) in files.iter().enumerate() {
         let target = home.join(&f.home_rel);
-        let request = ExecRequest {
-            argv: vec![
-                "/bin/sh".to_owned(),
-                "-c".to_owned(),
-                WRITE_SCRIPT.to_owned(),
-                "airlock-write".to_owned(),
-                target.to_string_lossy().into_owned(),
-                format!("{:o}", f.mode),
-            ],
-            env: BTreeMap::new(),
-            cwd: None,
-            user: ExecUser::Sandbox,
-            tty: None,
+        let (Some(name), Some(parent)) = (f.home_rel.file_name(), f.home_rel.parent()) else {
+            return Err(write_error(&target, "not a file name below the home"));
         };
-        let (code, stderr) = exec(backend, record, &request, f.contents.clone())?;
-        if code != 0 {
-            return Err(HostError::new(
-                ErrorKind::Failed,
-                "agent.home_write",
-                format!(
-                    "cannot write {} in the sandbox (status {code}): {}",
-                    target.display(),
-                    String::from_utf8_lossy(&stderr).trim()
-                ),
-            )
-            .with_hint("check that the image has /bin/sh and that the sandbox home is writable"));
+        let dir = staging.path().join(format!("f{i}"));
+        stage(&dir, name, Some((&f.contents, f.mode)))
+            .map_err(|e| write_error(&target, &format!("cannot stage it on the host: {e}")))?;
+        let mut at = PathBuf::new();
+        for component in parent.components() {
+            let below = home.join(&at);
+            at.push(component);
+            if present.insert(at.clone()) {
+                let dir = staging.path().join(format!("d{i}-{}", present.len()));
+                let name = component.as_os_str();
+                stage(&dir, name, None)
+                    .map_err(|e| write_error(&home.join(&at), &format!("cannot stage it: {e}")))?;
+                push(backend, record, &dir, name, &below, false, &home.join(&at))?;
+            }
         }
+        push(backend, record, &dir, name, &home.join(parent), true, &target)?;
     }
     Ok(())
+}
+
+/// `dir/name`: a file with `contents` and mode, or (`None`) an empty 0700 directory.
+fn stage(dir: &Path, name: &std::ffi::OsStr, file: Option<(&[u8], u32)>) -> std::io::Result<()> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    std::fs::create_dir(dir)?;
+    let path = dir.join(name);
+    match file {
+        Some((contents, mode)) => {
+            let mut out = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&path)?;
+            std::io::Write::write_all(&mut out, contents)?;
+            out.set_permissions(std::fs::Permissions::from_mode(mode & 0o777))
+        }
+        None => {
+            std::fs::create_dir(&path)?;
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o700))
+        }
+    }
+}
+
+/// Pushes the staged `dir/name` into the sandbox directory `into`; without `replace`, an
+/// existing entry there is left as it is (a directory that already exists).
+fn push(
+    backend: &LinuxBackend,
+    record: &SandboxRecord,
+    dir: &Path,
+    name: &std::ffi::OsStr,
+    into: &Path,
+    replace: bool,
+    shown: &Path,
+) -> Result<(), HostError> {
+    let fail = |why: String| write_error(shown, &why);
+    let parent = rustix::fs::open(
+        dir,
+        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )
+    .map_err(|e| fail(format!("cannot open its staged copy: {e}")))?;
+    let source = airlock_files::Source {
+        parent,
+        name: name.to_string_lossy().into_owned(),
+    };
+    let dest = into
+        .to_str()
+        .ok_or_else(|| fail("the path is not UTF-8".to_owned()))?;
+    let channel = backend
+        .connect(record)
+        .map_err(|e| HostError::internal("agent.connect", e.to_string()))?;
+    let key = key_of(&channel.key)?;
+    let mut wire = airlock_files::connect(channel.stream, &key).map_err(|e| fail(e.to_string()))?;
+    match airlock_files::push(&mut wire, &source, dest, replace, &airlock_files::NoProgress) {
+        Ok(_) => Ok(()),
+        Err(airlock_files::TransferError::Remote(r))
+            if !replace && r.code == airlock_protocol::ErrorCode::AlreadyExists =>
+        {
+            Ok(())
+        }
+        Err(e) => Err(fail(e.to_string())),
+    }
+}
+
+fn write_error(target: &Path, why: &str) -> HostError {
+    HostError::new(
+        ErrorKind::Failed,
+        "agent.home_write",
+        format!("cannot write {} in the sandbox: {why}", target.display()),
+    )
+    .with_hint("check that the sandbox home is writable and holds no link on the way")
 }
 
 /// Runs `request` in the ready sandbox with `stdin`; returns its status and stderr.

@@ -165,20 +165,42 @@ pub fn run(args: UpArgs, ctx: &Context) -> Result<Report, HostError> {
         for line in &lines {
             doc.text(0, &[(Style::Plain, line)]);
         }
-        let session = ensure_default(&setup, &outcome.record, &plan);
+        let session = match ensure_default(&setup, &outcome.record, &plan) {
+            Err(e) if no_shell(&e, &plan) => {
+                notes.push(no_shell_note(&e));
+                None
+            }
+            other => Some(other),
+        };
         let mut json = json;
-        if let Ok((line, opened)) = &session {
+        if let Some(Ok((line, opened))) = &session {
             doc.text(0, &[(Style::Plain, line)]);
             json["session"] = crate::session_view::json(&opened.session);
             json["session"]["created"] = opened.created.into();
         }
         let mut report = Report::new(doc, json);
         report.notes = notes;
-        // The sandbox is ready either way; a session that cannot start fails `up` (exit 1).
+        // The sandbox is ready either way; a session that cannot start fails `up` (exit 1),
+        // unless it is the shell an image without one cannot run (a note above).
         return Ok(match session {
-            Ok(_) => report,
-            Err(e) => report.with_failure(e),
+            Some(Err(e)) => report.with_failure(e),
+            Some(Ok(_)) | None => report,
         });
+    }
+    // An image other than the host's may have no shell: find out before taking the terminal.
+    if effective.image.value != airlock_config::effective::Image::Host
+        && plan.create.as_ref().is_some_and(runs_a_shell)
+    {
+        if let Err(e) = ensure_default(&setup, &outcome.record, &plan) {
+            if !no_shell(&e, &plan) {
+                return Err(e);
+            }
+            notes.push(no_shell_note(&e));
+            for line in notes.iter().chain(lines.iter()) {
+                eprintln!("{}", crate::output::escape_untrusted(line));
+            }
+            return Ok(Report::new(Doc::new(), json));
+        }
     }
     // Attaching takes over the terminal: say everything first.
     for line in notes.iter().chain(lines.iter()) {
@@ -245,6 +267,31 @@ fn summary(
 
 fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// Whether the default session `spec` runs a shell — the login shell, or the `tmux` layout's
+/// `/bin/sh` wrapper — rather than a configured agent's command.
+fn runs_a_shell(spec: &airlock_protocol::SessionSpec) -> bool {
+    match &spec.command {
+        airlock_protocol::SessionCommand::LoginShell { .. } => true,
+        airlock_protocol::SessionCommand::Argv { argv } => {
+            argv.first().is_some_and(|a| a == "/bin/sh")
+        }
+    }
+}
+
+/// Whether `e` is the default session failing to start a shell the image does not have (no
+/// failure of `up`: the sandbox is ready, and `exec` runs the image's programs).
+fn no_shell(e: &CommandError, plan: &AttachPlan) -> bool {
+    e.code == "session.spawn" && plan.create.as_ref().is_some_and(runs_a_shell)
+}
+
+fn no_shell_note(e: &CommandError) -> String {
+    format!(
+        "note: no default session: the image has no shell to run ({}); run its programs with \
+         `airlock exec -- PROGRAM`, or add a shell to the image",
+        e.message
+    )
 }
 
 /// Makes sure the default session exists (`up --no-attach`); a line saying so.

@@ -145,9 +145,6 @@ both! {
     /// `image rm` is refused while a sandbox uses the image, and works after `down`.
     fn image_rm_is_refused_while_a_sandbox_uses_it(rt) {
         let Some(tree) = tiny_tree(&rt, &rt.env.dir("tiny")) else { return };
-        // `up` starts the default session, the user's shell: give the image a stand-in.
-        std::fs::copy(tree.join("bin/tiny"), tree.join("bin/sh")).unwrap();
-        rt.hand_over(&tree);
         import(&rt, &pack(&rt, &tree), "tiny");
         use_image(&rt, "tiny");
         ok(&rt.run_args(&["up", "--no-attach"], None));
@@ -188,6 +185,31 @@ both! {
         rm.assert_code(1);
         assert!(rm.stderr.contains("image.in_use"), "{rm:?}");
         ok(&rt.run_args(&["image", "rm", "tiny"], None));
+    }
+}
+
+both! {
+    /// Issue 12: `up` of an image without a shell still comes up. The home files (git's
+    /// configuration and its credential helper) are written without running anything inside
+    /// (no `/bin/sh` per file), and the default session, which has no shell to run, is left
+    /// out with a note saying why and what to do, instead of failing `up`.
+    fn up_of_an_image_without_a_shell_writes_home_files_and_skips_the_session(rt) {
+        let Some(tree) = tiny_tree(&rt, &rt.env.dir("tiny")) else { return };
+        import(&rt, &pack(&rt, &tree), "noshell");
+        use_image(&rt, "noshell");
+        let up = rt.run_args(&["up", "--no-attach"], None);
+        let gitconfig = rt.env.home.join(".gitconfig");
+        let cat = rt.run_args(&["exec", "--", "/bin/tiny", "cat", gitconfig.to_str().unwrap()], None);
+        let helper = rt.env.home.join(".config/airlock/git-credential-placeholder");
+        let mode = rt.run_args(&["exec", "--", "/bin/tiny", "owner", helper.to_str().unwrap()], None);
+        let down = rt.run_args(&["down"], None);
+        ok(&up);
+        assert!(!up.stderr.contains("cannot write"), "{up:?}");
+        assert!(up.stderr.contains("no default session"), "{up:?}");
+        assert!(up.stderr.contains("airlock exec"), "{up:?}");
+        assert!(ok(&cat).contains("[safe]"), "{cat:?}");
+        ok(&mode);
+        ok(&down);
     }
 }
 

@@ -278,7 +278,9 @@ fn apply_layer(
     if head.starts_with(ZSTD_MAGIC) {
         return Err(SourceError::Unsupported {
             what: label.to_owned(),
-            why: "zstd-compressed layers are not supported".into(),
+            why: "zstd-compressed layers are not supported; save the image with gzip layers \
+                  (e.g. `skopeo copy --dest-compress-format gzip`)"
+                .into(),
         }
         .into());
     }

@@ -466,3 +466,15 @@ fn an_interrupted_import_publishes_nothing_and_is_swept_by_the_next() {
         .collect();
     assert_eq!(names, ["next"]);
 }
+
+/// Issue 12 (decided: no zstd decoder for hostile archives, see docs/guide.md): a
+/// zstd-compressed archive or layer is refused with an error that names zstd and says what to
+/// do, and nothing is imported.
+#[test]
+fn zstd_archives_and_layers_are_refused_saying_what_to_do() {
+    let zstd = [0x28, 0xb5, 0x2f, 0xfd, 0, 0, 0, 0].repeat(8);
+    let msg = world().refused(&zstd);
+    assert!(msg.contains("zstd") && msg.contains("zstd -d"), "{msg}");
+    let msg = world().refused(&docker_save(&[zstd]));
+    assert!(msg.contains("zstd") && msg.contains("gzip"), "{msg}");
+}

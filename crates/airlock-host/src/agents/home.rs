@@ -141,7 +141,15 @@ pub fn apply(
                 push(backend, record, &dir, name, &below, false, &home.join(&at))?;
             }
         }
-        push(backend, record, &dir, name, &home.join(parent), true, &target)?;
+        push(
+            backend,
+            record,
+            &dir,
+            name,
+            &home.join(parent),
+            true,
+            &target,
+        )?;
     }
     Ok(())
 }
@@ -198,7 +206,13 @@ fn push(
         .map_err(|e| HostError::internal("agent.connect", e.to_string()))?;
     let key = key_of(&channel.key)?;
     let mut wire = airlock_files::connect(channel.stream, &key).map_err(|e| fail(e.to_string()))?;
-    match airlock_files::push(&mut wire, &source, dest, replace, &airlock_files::NoProgress) {
+    match airlock_files::push(
+        &mut wire,
+        &source,
+        dest,
+        replace,
+        &airlock_files::NoProgress,
+    ) {
         Ok(_) => Ok(()),
         Err(airlock_files::TransferError::Remote(r))
             if !replace && r.code == airlock_protocol::ErrorCode::AlreadyExists =>

@@ -201,7 +201,10 @@ fn pax_owner_ids_are_honoured_for_a_root_invoker() {
     let w = world();
     w.import(
         "pax",
-        &tar(&[E::PaxOwned("pax-file", 1000, 100), E::File("plain", b"x", 0o644)]),
+        &tar(&[
+            E::PaxOwned("pax-file", 1000, 100),
+            E::File("plain", b"x", 0o644),
+        ]),
     )
     .unwrap();
     let root = w.root("pax");

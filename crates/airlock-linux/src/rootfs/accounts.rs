@@ -177,9 +177,18 @@ mod tests {
     use super::*;
 
     const GENERATED: &[Account<'static>] = &[
-        Account { name: "root", id: 0 },
-        Account { name: "dev", id: 1000 },
-        Account { name: "nobody", id: 65534 },
+        Account {
+            name: "root",
+            id: 0,
+        },
+        Account {
+            name: "dev",
+            id: 1000,
+        },
+        Account {
+            name: "nobody",
+            id: 65534,
+        },
     ];
 
     #[test]
@@ -222,7 +231,10 @@ mod tests {
         );
         let group = "adm:x:4:_apt,alice\nalice:x:1001:\n";
         let system: BTreeSet<String> = ["_apt".to_owned()].into();
-        assert_eq!(merge_group(GENERATED, group, true, &system), "adm:x:4:_apt\n");
+        assert_eq!(
+            merge_group(GENERATED, group, true, &system),
+            "adm:x:4:_apt\n"
+        );
     }
 
     #[test]

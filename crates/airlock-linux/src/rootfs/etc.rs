@@ -165,9 +165,18 @@ fn system_only(boot: &Bootstrap) -> bool {
 fn passwd(root: &Path, boot: &Bootstrap) -> String {
     let name = sandbox_user_name(&boot.spec.user.name);
     let generated = [
-        Account { name: "root", id: 0 },
-        Account { name: &name, id: boot.sandbox_uid },
-        Account { name: "nobody", id: 65534 },
+        Account {
+            name: "root",
+            id: 0,
+        },
+        Account {
+            name: &name,
+            id: boot.sandbox_uid,
+        },
+        Account {
+            name: "nobody",
+            id: 65534,
+        },
     ];
     let image = accounts::read_image_db(&root.join("etc/passwd")).unwrap_or_default();
     format!(
@@ -186,9 +195,18 @@ fn passwd(root: &Path, boot: &Bootstrap) -> String {
 fn group(etc: &Path, boot: &Bootstrap, passwd: &str) -> String {
     let name = sandbox_user_name(&boot.spec.user.name);
     let generated = [
-        Account { name: "root", id: 0 },
-        Account { name: &name, id: boot.sandbox_gid },
-        Account { name: "nogroup", id: 65534 },
+        Account {
+            name: "root",
+            id: 0,
+        },
+        Account {
+            name: &name,
+            id: boot.sandbox_gid,
+        },
+        Account {
+            name: "nogroup",
+            id: 65534,
+        },
     ];
     let users: BTreeSet<String> = passwd
         .lines()

@@ -165,7 +165,15 @@ fn debian_rootfs(dir: &Path, source: &str) -> PathBuf {
     std::fs::write(&list_path, list).unwrap();
     let tar = dir.join("debian.tar");
     let out = Command::new("tar")
-        .args(["--numeric-owner", "--owner=0", "--group=0", "--no-recursion", "-C", "/", "-cf"])
+        .args([
+            "--numeric-owner",
+            "--owner=0",
+            "--group=0",
+            "--no-recursion",
+            "-C",
+            "/",
+            "-cf",
+        ])
         .arg(&tar)
         .arg("-T")
         .arg(&list_path)
@@ -222,7 +230,14 @@ fn a_debian_rootfs_tar_imported_provisions_packages_through_the_proxy_and_vanish
     let cat = p.run(&["exec", "--", "cat", "/usr/share/airlock-hello/hello.txt"]);
     cat.assert_code(0);
     assert_eq!(cat.stdout, "installed by apt\n");
-    let status = p.run(&["exec", "--", "dpkg-query", "-W", "-f=${Status}", "airlock-hello"]);
+    let status = p.run(&[
+        "exec",
+        "--",
+        "dpkg-query",
+        "-W",
+        "-f=${Status}",
+        "airlock-hello",
+    ]);
     assert_eq!(status.stdout, "install ok installed", "{status:?}");
     // The image's own accounts are there beside the sandbox user (apt's `_apt`).
     let passwd = p.run(&["exec", "--", "cat", "/etc/passwd"]);
@@ -239,7 +254,10 @@ fn a_debian_rootfs_tar_imported_provisions_packages_through_the_proxy_and_vanish
 
     p.run(&["down"]).assert_code(0);
     let image_root = p.env.data_home().join("airlock/images/debian/rootfs");
-    assert!(image_root.join("usr/bin/apt-get").exists(), "{image_root:?}");
+    assert!(
+        image_root.join("usr/bin/apt-get").exists(),
+        "{image_root:?}"
+    );
     assert!(
         !image_root.join("usr/share/airlock-hello").exists(),
         "the install reached the imported image"

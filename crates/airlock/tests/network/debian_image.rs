@@ -184,6 +184,13 @@ fn debian_rootfs(dir: &Path, source: &str) -> PathBuf {
         "tar failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+    let size = std::fs::metadata(&tar).map(|m| m.len()).unwrap_or(0);
+    eprintln!(
+        "debian rootfs: {} packages, {} host entries, {} MiB",
+        packages.len(),
+        files.len(),
+        size / (1024 * 1024)
+    );
     tar
 }
 

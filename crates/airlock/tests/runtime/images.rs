@@ -192,7 +192,8 @@ both! {
     /// Issue 12: `up` of an image without a shell still comes up. The home files (git's
     /// configuration and its credential helper) are written without running anything inside
     /// (no `/bin/sh` per file), and the default session, which has no shell to run, is left
-    /// out with a note saying why and what to do, instead of failing `up`.
+    /// out with a note saying why and what to do, instead of failing `up` (with `--no-attach`
+    /// and on a terminal).
     fn up_of_an_image_without_a_shell_writes_home_files_and_skips_the_session(rt) {
         let Some(tree) = tiny_tree(&rt, &rt.env.dir("tiny")) else { return };
         import(&rt, &pack(&rt, &tree), "noshell");
@@ -202,6 +203,8 @@ both! {
         let cat = rt.run_args(&["exec", "--", "/bin/tiny", "cat", gitconfig.to_str().unwrap()], None);
         let helper = rt.env.home.join(".config/airlock/git-credential-placeholder");
         let mode = rt.run_args(&["exec", "--", "/bin/tiny", "owner", helper.to_str().unwrap()], None);
+        // On a terminal `up` would attach to the session: it says why it cannot, and succeeds.
+        let attached = rt.on_a_terminal(&["up"]);
         let down = rt.run_args(&["down"], None);
         ok(&up);
         assert!(!up.stderr.contains("cannot write"), "{up:?}");
@@ -209,6 +212,9 @@ both! {
         assert!(up.stderr.contains("airlock exec"), "{up:?}");
         assert!(ok(&cat).contains("[safe]"), "{cat:?}");
         ok(&mode);
+        let text = String::from_utf8_lossy(&attached.stdout);
+        assert!(attached.status.success(), "{attached:?}");
+        assert!(text.contains("no default session"), "{text}");
         ok(&down);
     }
 }

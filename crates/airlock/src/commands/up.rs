@@ -282,11 +282,11 @@ fn runs_a_shell(spec: &airlock_protocol::SessionSpec) -> bool {
 
 /// Whether `e` is the default session failing to start a shell the image does not have (no
 /// failure of `up`: the sandbox is ready, and `exec` runs the image's programs).
-fn no_shell(e: &CommandError, plan: &AttachPlan) -> bool {
+fn no_shell(e: &HostError, plan: &AttachPlan) -> bool {
     e.code == "session.spawn" && plan.create.as_ref().is_some_and(runs_a_shell)
 }
 
-fn no_shell_note(e: &CommandError) -> String {
+fn no_shell_note(e: &HostError) -> String {
     format!(
         "note: no default session: the image has no shell to run ({}); run its programs with \
          `airlock exec -- PROGRAM`, or add a shell to the image",

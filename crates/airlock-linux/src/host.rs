@@ -162,11 +162,16 @@ impl Sandbox {
             }
         }
         let dir = create_private_dir(&opts.sandboxes_dir, &spec.id)?;
-        // Off the critical path: it overlaps creating and spawning the init stage.
+        // Off the critical path: it overlaps creating and spawning the init stage. The walk of
+        // `/usr` and `/lib*` is cached in the runtime root, next to the sandboxes' directories.
+        let cache = opts
+            .sandboxes_dir
+            .parent()
+            .map(|runtime| runtime.join(idmounts::SCAN_CACHE_FILE));
         let scan = ids
             .mount_maps
             .is_some()
-            .then(|| std::thread::spawn(idmounts::scan_unreadable));
+            .then(|| std::thread::spawn(move || idmounts::scan_unreadable(cache.as_deref())));
         let started = Self::spawn_and_handshake(spec, opts, join, dir.clone(), (ids, scan), t0)
             .map(|mut sandbox| {
                 sandbox.range = claim;

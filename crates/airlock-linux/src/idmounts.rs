@@ -229,8 +229,11 @@ impl Received {
     }
 }
 
-/// Directories of the image the host walks for entries others may not read
-/// (`rootfs/unreadable.rs` says why these and not `/usr`).
+mod wide_scan;
+pub use wide_scan::{CACHE_FILE as SCAN_CACHE_FILE, VALIDITY as SCAN_CACHE_VALIDITY, WIDE};
+
+/// Directories of the image the host walks for entries others may not read at every start;
+/// the wider [`WIDE`] ones are walked through a cache (`idmounts/wide_scan.rs`).
 pub const WALKED: &[&str] = &["/etc", "/opt"];
 
 /// A host path others may not read (a file) or not list and enter (a directory).
@@ -246,28 +249,39 @@ pub fn hidden_from_others(mode: u32, is_dir: bool) -> bool {
     unreadable || (is_dir && mode & 0o001 == 0)
 }
 
-/// Host side: every entry under [`WALKED`] that others may not read, outermost only (nothing
-/// below a hidden directory is listed). Symbolic links are not followed: a link shows nothing
-/// itself. Unreadable directories below the tops are reported, never skipped silently.
+/// Host side: every entry of the image others may not read, outermost only (nothing below a
+/// hidden directory is listed): under [`WALKED`] by a walk now, under [`WIDE`] from the walk
+/// cached in `cache` while it is valid (`idmounts/wide_scan.rs`; `None`: walk them too).
+/// Symbolic links are not followed: a link shows nothing itself. Unreadable directories below
+/// the tops are reported, never skipped silently.
 ///
 /// On the start path (run on a thread of its own, overlapping the spawn of the init stage), so
 /// it works relative to directory descriptors: one `getdents` per directory and one `statx`
 /// per entry, no path resolution from `/`.
-pub fn scan_unreadable() -> Result<Vec<Unreadable>, IdMountError> {
-    use rustix::fs::{Mode, OFlags};
+pub fn scan_unreadable(cache: Option<&Path>) -> Result<Vec<Unreadable>, IdMountError> {
     let mut found = Vec::new();
     for top in WALKED {
-        let top = Path::new(top);
-        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        match rustix::fs::open(top, flags, Mode::empty()) {
-            Ok(dir) => walk(&dir, top, &mut found)?,
-            // Absent, or a symbolic link (the image recreates it as one, pointing elsewhere).
-            Err(rustix::io::Errno::NOENT | rustix::io::Errno::NOTDIR | rustix::io::Errno::LOOP) => {
-            }
-            Err(e) => return Err(scan_err(top)(e.into())),
-        }
+        walk_top(Path::new(top), &mut found)?;
     }
+    found.extend(wide_scan::wide_unreadable(
+        cache,
+        std::time::SystemTime::now(),
+    )?);
     Ok(found)
+}
+
+/// Walks the directory `top` (nothing when it is absent or a symbolic link).
+fn walk_top(top: &Path, found: &mut Vec<Unreadable>) -> Result<(), IdMountError> {
+    use rustix::fs::{Mode, OFlags};
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    match rustix::fs::open(top, flags, Mode::empty()) {
+        Ok(dir) => walk(&dir, top, found),
+        // Absent, or a symbolic link (the image recreates it as one, pointing elsewhere).
+        Err(rustix::io::Errno::NOENT | rustix::io::Errno::NOTDIR | rustix::io::Errno::LOOP) => {
+            Ok(())
+        }
+        Err(e) => Err(scan_err(top)(e.into())),
+    }
 }
 
 fn scan_err(path: &Path) -> impl FnOnce(std::io::Error) -> IdMountError {

@@ -12,7 +12,7 @@
 //!    host has, or as an overlay with the host directory as lower layer; nothing else of the host
 //!    root is reachable. Overlays use `userxattr` (we are always in a user namespace). For a root
 //!    invoker the lower layers, workspaces and mounts are the id-mapped mounts the host passed
-//!    (`idmounts.rs`), and entries of `/etc` and `/opt` others may not read are masked
+//!    (`idmounts.rs`), and entries of the image others may not read are masked
 //!    (`rootfs/unreadable.rs`).
 //! 4. Empty top-level directories, then (`host` image) the package manager's state in `/var`
 //!    as overlays of the host's (`rootfs/packages.rs`), then `$HOME` (the sandbox's own, at the
@@ -183,7 +183,7 @@ pub fn build(boot: &Bootstrap, mounts: &mut Received) -> Result<(), RootfsError>
         image_links::refuse_links(&root, boot)?;
     }
 
-    // 3b. What others may not read in the image's /etc and /opt, where in-sandbox root could
+    // 3b. What others may not read in the image (host image directories), where in-sandbox root could
     //     (a root invoker's sandbox: its root owns the id-mapped system files).
     if mounts.active() {
         unreadable::mask(&root, &scratch, &mounts.unreadable)?;

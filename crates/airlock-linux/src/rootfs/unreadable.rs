@@ -9,16 +9,14 @@
 //!   sandbox user, which again gets the "others" permission — for free, on every directory.
 //! - A root invoker's in-sandbox root (`--root`) owns those files and holds `CAP_DAC_OVERRIDE`
 //!   over them (it must: I2 lets it change system files in the overlay). Only masking stops it.
-//!   So the directories where hosts keep secrets, `/etc` and `/opt` (e.g. `/etc/wireguard`,
-//!   `/etc/mysql/debian.cnf`, `/etc/security/opasswd`, an application's 0600 key under `/opt`),
-//!   are walked at every start, and every entry without read permission for others — or a
-//!   directory without search permission for others — is covered: a file by an empty read-only
-//!   file, a directory by an empty read-only tmpfs (nothing below it is visited).
-//!
-//! `/usr` and `/lib*` are not walked: 130,000 entries on a typical host take ~0.4 s warm, far
-//! beyond the start budget, and a cache keyed by directory times would miss a `chmod` in place.
-//! There the sandbox user is still held to "others" by the id mapping; `--root` of a root
-//! invoker is not (docs/security.md lists this as a limitation).
+//!   So every entry of the image without read permission for others — or a directory without
+//!   search permission for others — is covered: a file by an empty read-only file, a directory
+//!   by an empty read-only tmpfs (nothing below it is visited). `/etc` and `/opt`, where hosts
+//!   keep secrets (e.g. `/etc/wireguard`, `/etc/mysql/debian.cnf`, `/etc/security/opasswd`, an
+//!   application's 0600 key under `/opt`), are walked at every start; `/usr` and `/lib*`
+//!   (~130,000 entries, ~0.5 s) through a walk cached in the runtime root
+//!   (`idmounts/wide_scan.rs`), which sees a `chmod` in place or a file added deep in the tree
+//!   only once the cache expires (docs/security.md lists this as a limitation).
 
 use std::path::Path;
 
@@ -27,8 +25,8 @@ use nix::mount::MsFlags;
 use super::{bind, inside, mount_raw, remount_bind, write_file, RootfsError};
 use crate::idmounts::Unreadable;
 
-/// Covers each entry of `list` (host paths under the image's `/etc` and `/opt` that others may
-/// not read, found by the host while the namespaces were being made) at its place in `root`:
+/// Covers each entry of `list` (host paths of the image that others may not read, found by the
+/// host while the namespaces were being made) at its place in `root`:
 /// a file by an empty read-only file, a directory by an empty read-only tmpfs.
 pub(super) fn mask(root: &Path, scratch: &Path, list: &[Unreadable]) -> Result<(), RootfsError> {
     if list.is_empty() {

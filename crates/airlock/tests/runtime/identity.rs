@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use super::harness::{ok, Rt};
 
-/// Root-only host files under the image's `/etc` and `/opt` (removed on drop): a 0600 file in
+/// Root-only host files under two directories of the image (removed on drop): a 0600 file in
 /// each, and a 0700 directory holding a world-readable file.
 struct HostSecrets {
     paths: Vec<PathBuf>,
@@ -16,15 +16,23 @@ struct HostSecrets {
 const SECRET: &str = "host-secret-7f3a9c";
 
 impl HostSecrets {
-    /// `None` (with the reason printed) when the suite cannot write `/etc` and `/opt`; under CI
-    /// that is a failure.
+    /// Under `/etc` and `/opt`, where hosts keep secrets.
     fn create() -> Option<HostSecrets> {
-        if !airlock_testkit::needs_root("placing root-only files under /etc and /opt") {
+        HostSecrets::create_in("/etc", "/opt")
+    }
+
+    /// A 0600 file directly in `file_top`; in `dir_top` a directory with a 0600 file and a
+    /// 0700 directory. `None` (with the reason printed) when the suite cannot write there;
+    /// under CI that is a failure.
+    fn create_in(file_top: &str, dir_top: &str) -> Option<HostSecrets> {
+        if !airlock_testkit::needs_root(&format!(
+            "placing root-only files under {file_top} and {dir_top}"
+        )) {
             return None;
         }
         let tag = format!("airlock-idmap-test-{}", std::process::id());
-        let etc_file = Path::new("/etc").join(format!("{tag}.conf"));
-        let opt_dir = Path::new("/opt").join(&tag);
+        let etc_file = Path::new(file_top).join(format!("{tag}.conf"));
+        let opt_dir = Path::new(dir_top).join(&tag);
         let opt_file = opt_dir.join("key.pem");
         let private = opt_dir.join("private");
         let inner = private.join("readable-inside");
@@ -79,6 +87,28 @@ both! {
             assert!(!out.contains(SECRET), "{opts:?} read a root-only host file: {out}");
         }
         // The files are still there for the host (nothing was changed on the host side).
+        assert_eq!(std::fs::read_to_string(&secrets.files[0]).unwrap(), SECRET);
+    }
+}
+
+both! {
+    /// I2 / 9.5a: the same under `/usr` and `/lib*`, the directories too large to walk at every
+    /// start: a root invoker's `--root` owns the id-mapped system files, so only masking keeps
+    /// it from reading a file or directory others may not read there.
+    fn root_cannot_read_host_files_under_usr_that_others_may_not_read(rt) {
+        let lib = if Path::new("/usr/lib").is_dir() { "/usr/lib" } else { "/usr" };
+        std::fs::create_dir_all("/usr/local/share").ok();
+        let Some(secrets) = HostSecrets::create_in(lib, "/usr/local/share") else { return };
+        let mut who: Vec<&[&str]> = vec![&[]];
+        if rt.root_available() {
+            who.push(&["--root"]);
+        }
+        for opts in who {
+            let run = rt.sh(opts, &secrets.reader());
+            let out = ok(&run);
+            assert!(out.ends_with("done\n"), "{run:?}");
+            assert!(!out.contains(SECRET), "{opts:?} read a root-only host file under /usr: {out}");
+        }
         assert_eq!(std::fs::read_to_string(&secrets.files[0]).unwrap(), SECRET);
     }
 }

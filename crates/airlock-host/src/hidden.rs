@@ -107,6 +107,7 @@ fn confinements() -> Result<(Confinement, Confinement), String> {
         withhold_setfcap: false,
         oom_score_adj: Some(SANDBOX_OOM_SCORE_ADJ),
         seccomp: Some(filter.clone()),
+        mount_ns: None,
     };
     let root = Confinement {
         drop_capabilities: false,
@@ -115,11 +116,19 @@ fn confinements() -> Result<(Confinement, Confinement), String> {
         withhold_setfcap: true,
         oom_score_adj: Some(SANDBOX_OOM_SCORE_ADJ),
         seccomp: Some(filter),
+        mount_ns: None,
     };
     Ok((user, root))
 }
 
-fn guest_options(h: &Handoff, user: Confinement, root: Confinement) -> GuestOptions {
+fn guest_options(h: &Handoff, user: Confinement, mut root: Confinement) -> GuestOptions {
+    // A root invoker's `--root` processes join the root view, where what they write to a
+    // workspace belongs to the invoker (issue 9.5).
+    root.mount_ns = h
+        .root_view
+        .as_ref()
+        .and_then(|fd| fd.try_clone().ok())
+        .map(std::sync::Arc::new);
     GuestOptions {
         key: airlock_protocol::Key::from_bytes(h.key),
         env_base: h.spec.env.clone(),

@@ -91,6 +91,11 @@ pub struct StartOptions {
     pub exe: PathBuf,
     /// Directory holding one 0700 subdirectory per live sandbox (under the runtime root).
     pub sandboxes_dir: PathBuf,
+    /// Whether `--root` processes may run in this sandbox (`run --root`, and every sandbox
+    /// `exec` can reach): a root invoker's sandbox then gets the root view, in which what
+    /// `--root` writes to a workspace belongs to the invoker (`rootfs/root_view.rs`). Costs one
+    /// more user namespace and a clone of each mapping at start, so plain runs go without.
+    pub root_view: bool,
 }
 
 /// Time spent in each start phase.
@@ -125,7 +130,7 @@ pub struct Sandbox {
     ids: IdPlan,
     /// A root invoker's claim on the sandbox's id range (released when the sandbox is gone).
     range: Option<idmap::RangeClaim>,
-    /// The scan of `/etc` and `/opt` for what others may not read (root invokers), running
+    /// The scan of the image for what others may not read (root invokers), running
     /// while the init stage starts.
     scan: Option<ScanThread>,
     pub timings: StartTimings,
@@ -257,7 +262,7 @@ impl Sandbox {
             root_mapped: sandbox.ids.root_unavailable.is_none(),
         };
         sandbox.timings.prepare = t0.elapsed();
-        sandbox.handshake(&boot, boot_w, sync_host, join)?;
+        sandbox.handshake(&boot, boot_w, sync_host, join, opts.root_view)?;
         Ok(sandbox)
     }
 
@@ -267,6 +272,7 @@ impl Sandbox {
         boot_w: OwnedFd,
         sync_host: UnixStream,
         join: JoinHook<'_>,
+        root_view: bool,
     ) -> Result<(), StartError> {
         let init_err = |source| StartError::Init { source };
         let msg = serde_json::to_vec(boot).map_err(|e| StartError::Io {
@@ -313,7 +319,8 @@ impl Sandbox {
                     None => Vec::new(),
                 };
                 self.timings.scan = waited.elapsed();
-                let mounts = idmounts::prepare(&boot.spec, self.init.id(), maps, unreadable)?;
+                let mounts =
+                    idmounts::prepare(&boot.spec, self.init.id(), maps, unreadable, root_view)?;
                 let fds: Vec<_> = mounts.fds.iter().map(|f| f.as_fd()).collect();
                 sync.send_with_fds(&mounts.line(), &fds).map_err(init_err)?;
                 prepared = Some(mounts);

@@ -106,8 +106,9 @@ pub struct IdPlan {
     /// `None` when root (0) is mapped inside; otherwise why it is not.
     pub root_unavailable: Option<String>,
     pub writer: MapWriter,
-    /// Root invoker only: the maps host files are shown through (id-mapped mounts).
-    pub mount_maps: Option<MountMaps>,
+    /// Root invoker only: the maps host files are shown through (id-mapped mounts); boxed, as
+    /// it is four maps long.
+    pub mount_maps: Option<Box<MountMaps>>,
 }
 
 /// The id mappings of a root invoker's mounts. The image's system directories use the sandbox's
@@ -117,6 +118,10 @@ pub struct IdPlan {
 pub struct MountMaps {
     pub owner_uid: Vec<MapLine>,
     pub owner_gid: Vec<MapLine>,
+    /// The root view's maps (`--root` processes, issue 9.5): the invoker's files show as
+    /// in-sandbox root's, so what `--root` writes in a workspace belongs to the invoker.
+    pub root_uid: Vec<MapLine>,
+    pub root_gid: Vec<MapLine>,
 }
 
 impl MountMaps {
@@ -125,6 +130,12 @@ impl MountMaps {
     }
     pub fn owner_gid_text(&self) -> String {
         render(&self.owner_gid)
+    }
+    pub fn root_uid_text(&self) -> String {
+        render(&self.root_uid)
+    }
+    pub fn root_gid_text(&self) -> String {
+        render(&self.root_gid)
     }
 }
 
@@ -268,10 +279,12 @@ pub fn plan(host: &HostIds, root_range: Option<SubRange>) -> IdPlan {
             writer: MapWriter::Direct {
                 deny_setgroups: false,
             },
-            mount_maps: Some(MountMaps {
+            mount_maps: Some(Box::new(MountMaps {
                 owner_uid: owner_map(host.uid, base, id),
                 owner_gid: owner_map(host.gid, base, id),
-            }),
+                root_uid: owner_map(host.uid, base, 0),
+                root_gid: owner_map(host.gid, base, 0),
+            })),
         };
     }
     let single = |reason: String| IdPlan {
@@ -327,14 +340,18 @@ fn line(inside: u32, outside: u32, count: u32) -> MapLine {
 }
 
 /// Map of a root invoker's workspace mounts (read as: on-disk id → host id seen through the
-/// mount): the invoker's id `host` shows as the sandbox user (`base + id`); every other id of
-/// the sandbox's range `base..base+MAP_SIZE` shows as itself, except `base + id`, which is taken.
+/// mount): the invoker's id `host` shows as in-sandbox id `id` (host `base + id`: the sandbox
+/// user in the sandbox's view, root in the root view); every other id of the sandbox's range
+/// `base..base+MAP_SIZE` shows as itself, except `base + id`, which is taken.
 fn owner_map(host: u32, base: u32, id: u32) -> Vec<MapLine> {
-    vec![
+    [
         line(host, base + id, 1),
         line(base, base, id),
         line(base + id + 1, base + id + 1, MAP_SIZE - id - 1),
     ]
+    .into_iter()
+    .filter(|l| l.count > 0)
+    .collect()
 }
 
 /// A root invoker's sandbox's claim on its id range; the range is free again once this is
@@ -532,6 +549,14 @@ mod tests {
             assert_eq!(inside_of_disk(map, 0), Some(base + 1000));
             assert_eq!(inside_of_disk(map, base), Some(base));
             assert_eq!(inside_of_disk(map, base + 1000), None);
+            assert_disjoint(map);
+        }
+        // The root view: the invoker's files show as in-sandbox root's (so `--root` writes
+        // land as the invoker), the sandbox user's id as itself; still a bijection.
+        for map in [&m.root_uid, &m.root_gid] {
+            assert_eq!(inside_of_disk(map, 0), Some(base));
+            assert_eq!(inside_of_disk(map, base), None);
+            assert_eq!(inside_of_disk(map, base + 1000), Some(base + 1000));
             assert_disjoint(map);
         }
     }

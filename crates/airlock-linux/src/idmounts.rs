@@ -16,6 +16,12 @@
 //!   sandbox user's, and what the sandbox user writes belongs to the invoker on the host;
 //!   read-only unless the mapping is writable.
 //!
+//! - `root-map:<i>` (the root view, when `--root` processes may run: `run --root`, `up`): the
+//!   same workspaces and mounts through a namespace that shows the invoker as in-sandbox root
+//!   ([`crate::idmap::MountMaps`] `root_*`), so what `--root` writes there belongs to the
+//!   invoker too. The init stage attaches them in a mount namespace of their own, which
+//!   `--root` processes join (`rootfs/root_view.rs`).
+//!
 //! Every mount is `nosuid,nodev`. A filesystem that cannot be id-mapped (NFS, FUSE, …) fails
 //! the start with its path: showing it without a mapping would make it unusable, and showing it
 //! with host root's identity is what this module exists to prevent.
@@ -85,6 +91,7 @@ pub struct Prepared {
     pub fds: Vec<OwnedFd>,
     pub unreadable: Vec<Unreadable>,
     _ns_child: idmount::NsChild,
+    _root_ns_child: Option<idmount::NsChild>,
 }
 
 /// The JSON payload of the `mapped` line when mounts are passed.
@@ -114,6 +121,7 @@ pub fn prepare(
     init_pid: u32,
     maps: &MountMaps,
     unreadable: Vec<Unreadable>,
+    root_view: bool,
 ) -> Result<Prepared, IdMountError> {
     let sandbox_ns = idmount::open_namespace(Path::new(&format!("/proc/{init_pid}/ns/user")))
         .map_err(|source| IdMountError::SandboxNamespace {
@@ -123,11 +131,19 @@ pub fn prepare(
     let (owner_ns, ns_child) =
         idmount::user_namespace(&maps.owner_uid_text(), &maps.owner_gid_text())
             .map_err(|source| IdMountError::OwnerNamespace { source })?;
+    let root = if root_view {
+        let (ns, child) = idmount::user_namespace(&maps.root_uid_text(), &maps.root_gid_text())
+            .map_err(|source| IdMountError::OwnerNamespace { source })?;
+        Some((ns, child))
+    } else {
+        None
+    };
     let mut out = Prepared {
         labels: Vec::new(),
         fds: Vec::new(),
         unreadable,
         _ns_child: ns_child,
+        _root_ns_child: None,
     };
     let mut add = |label: String, path: &Path, ns: &OwnedFd, read_only: bool| {
         let tree = idmount::clone_tree(path).map_err(|source| IdMountError::Clone {
@@ -166,6 +182,14 @@ pub fn prepare(
     }
     for (i, m) in spec.mappings_in_mount_order().iter().enumerate() {
         add(format!("map:{i}"), &m.host, &owner_ns, !m.writable)?;
+        if let Some((root_ns, _)) = &root {
+            add(
+                format!("{ROOT_VIEW_PREFIX}{i}"),
+                &m.host,
+                root_ns,
+                !m.writable,
+            )?;
+        }
     }
     if let Some(egress) = &spec.egress {
         add("egress".to_owned(), &egress.host_dir, &owner_ns, true)?;
@@ -178,8 +202,12 @@ pub fn prepare(
             )?;
         }
     }
+    out._root_ns_child = root.map(|(_, child)| child);
     Ok(out)
 }
+
+/// Label prefix of the root view's mounts (`root-map:<i>`, as `map:<i>`).
+pub const ROOT_VIEW_PREFIX: &str = "root-map:";
 
 /// Init-stage side: the detached mounts the host passed, by label, and what to mask.
 #[derive(Debug, Default)]
@@ -221,6 +249,11 @@ impl Received {
     /// Whether the host passed id-mapped mounts (a root invoker's sandbox).
     pub fn active(&self) -> bool {
         self.active
+    }
+
+    /// Whether the host passed the root view's mounts (`root-map:<i>`).
+    pub fn has_root_view(&self) -> bool {
+        self.mounts.keys().any(|l| l.starts_with(ROOT_VIEW_PREFIX))
     }
 
     /// Takes the mount passed as `label`.

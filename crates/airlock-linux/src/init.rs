@@ -91,6 +91,9 @@ pub struct Handoff {
     pub sandbox_gid: u32,
     /// Whether a root identity exists inside (`exec --root` can be served).
     pub root_mapped: bool,
+    /// The root view's mount namespace, which `--root` processes join (a root invoker's
+    /// sandbox that may run them; `rootfs/root_view.rs`).
+    pub root_view: Option<OwnedFd>,
 }
 
 fn sys<T, E: Into<std::io::Error>>(syscall: &'static str, r: Result<T, E>) -> Result<T, InitError> {
@@ -199,7 +202,7 @@ fn prepare<T>(
         }
         Forked::Child => {
             drop((alive_w, said_w));
-            pid1_setup(&boot, alive_r, &mut mounts)?;
+            let root_view = pid1_setup(&boot, alive_r, &mut mounts)?;
             let prepared = preflight().map_err(InitError::Preflight)?;
             wait_for_close(said_r);
             sync.send("ready")?;
@@ -209,6 +212,7 @@ fn prepare<T>(
                 sandbox_uid: boot.sandbox_uid,
                 sandbox_gid: boot.sandbox_gid,
                 root_mapped: boot.root_mapped,
+                root_view,
                 spec: boot.spec,
             };
             Ok((handoff, prepared))
@@ -241,7 +245,11 @@ fn intermediate_wait(child: libc::pid_t, _alive: OwnedFd) -> ! {
     std::process::exit(code)
 }
 
-fn pid1_setup(boot: &Bootstrap, alive: OwnedFd, mounts: &mut Received) -> Result<(), InitError> {
+fn pid1_setup(
+    boot: &Bootstrap,
+    alive: OwnedFd,
+    mounts: &mut Received,
+) -> Result<Option<OwnedFd>, InitError> {
     sys(
         "prctl(PR_SET_PDEATHSIG)",
         set_parent_process_death_signal(Some(Signal::KILL)),
@@ -272,14 +280,14 @@ fn pid1_setup(boot: &Bootstrap, alive: OwnedFd, mounts: &mut Received) -> Result
         rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable),
     )?;
     sys("open(/proc/self/oom_score_adj)", held)?;
-    rootfs::build(boot, mounts)?;
+    let root_view = rootfs::build(boot, mounts)?;
     limit_processes(boot)?;
     sys(
         "sethostname",
         rustix::system::sethostname(boot.spec.hostname.as_bytes()),
     )?;
     sys("SIOCSIFFLAGS(lo)", crate::sys::net::set_interface_up("lo"))?;
-    Ok(())
+    Ok(root_view)
 }
 
 /// `RLIMIT_NPROC = pids_max` for PID 1 and everything it starts: a process limit that holds

@@ -51,6 +51,7 @@ mod etc;
 mod image_links;
 pub(crate) mod packages;
 mod protect;
+mod root_view;
 mod unreadable;
 
 pub use budget::TmpfsSizes;
@@ -121,6 +122,12 @@ pub enum RootfsError {
          sandbox; an image must have real directories (or nothing) there"
     )]
     ImageLink { path: PathBuf },
+    #[error("cannot build the root view of the workspaces ({what}): {source}")]
+    RootView {
+        what: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// Top-level directories that start empty (I2).
@@ -142,8 +149,9 @@ const EMPTY_DIRS: &[(&str, u32)] = &[
 /// Builds the root filesystem described by `boot` and pivots into it (steps 1–7 above).
 /// The working directory is the host's empty scratch directory (entered before the sandbox's
 /// identity applied); `mounts` are the id-mapped mounts the host passed (a root invoker's
-/// sandbox).
-pub fn build(boot: &Bootstrap, mounts: &mut Received) -> Result<(), RootfsError> {
+/// sandbox). Returns the root view's mount namespace when the host passed one's mounts
+/// (`rootfs/root_view.rs`): `--root` processes join it.
+pub fn build(boot: &Bootstrap, mounts: &mut Received) -> Result<Option<OwnedFd>, RootfsError> {
     // 1. No propagation back to the host (or from it: later host mounts stay invisible).
     mount_raw(
         None,
@@ -204,7 +212,7 @@ pub fn build(boot: &Bootstrap, mounts: &mut Received) -> Result<(), RootfsError>
         let idmapped = passed_mount(mounts, &format!("map:{i}"))?;
         bind_mapping(&root, mapping, idmapped)?;
     }
-    protect_workspaces(&root, boot)?;
+    protect_workspaces(&root, boot, (boot.sandbox_uid, boot.sandbox_gid))?;
     if let Some(egress) = &boot.spec.egress {
         bind_egress(&root, egress, mounts)?;
     }
@@ -217,8 +225,17 @@ pub fn build(boot: &Bootstrap, mounts: &mut Received) -> Result<(), RootfsError>
     devproc::mount_proc(&root)?;
     devproc::mount_sys(&root)?;
 
+    // 6b. The root view: a copy of this namespace in which the workspaces show the invoker as
+    //     in-sandbox root, for `--root` processes (a root invoker's `up` or `run --root`).
+    let root_view = if root_view::possible(boot, mounts) {
+        Some(root_view::build(&root, boot, mounts)?)
+    } else {
+        None
+    };
+
     // 7. Enter the new root.
-    pivot_into(&root)
+    pivot_into(&root)?;
+    Ok(root_view)
 }
 
 /// The new root: a directory on the scratch tmpfs, bound onto itself so that it is a mount point
@@ -232,18 +249,15 @@ fn root_on_scratch(scratch: &Path) -> Result<PathBuf, RootfsError> {
     Ok(root)
 }
 
-/// Protected paths (issue 9.9) in every writable workspace; see `rootfs/protect.rs`.
-fn protect_workspaces(root: &Path, boot: &Bootstrap) -> Result<(), RootfsError> {
+/// Protected paths (issue 9.9) in every writable workspace; see `rootfs/protect.rs`. A path
+/// created for a rule belongs to `owner` (inside ids).
+fn protect_workspaces(root: &Path, boot: &Bootstrap, owner: (u32, u32)) -> Result<(), RootfsError> {
     if boot.spec.protect.is_empty() {
         return Ok(());
     }
     for workspace in boot.spec.workspaces.iter().filter(|w| w.writable) {
         let at = inside(root, &workspace.sandbox)?;
-        protect::apply(
-            &at,
-            &boot.spec.protect,
-            (boot.sandbox_uid, boot.sandbox_gid),
-        )?;
+        protect::apply(&at, &boot.spec.protect, owner)?;
     }
     Ok(())
 }

@@ -64,6 +64,7 @@ fn guest_server_entry() {
             withhold_setfcap: false,
             oom_score_adj: None,
             seccomp: None,
+            mount_ns: None,
         },
         root_confinement: Confinement {
             drop_capabilities: is_root(),
@@ -71,6 +72,7 @@ fn guest_server_entry() {
             withhold_setfcap: false,
             oom_score_adj: None,
             seccomp: None,
+            mount_ns: None,
         },
         relays: Vec::new(),
     };

@@ -170,6 +170,8 @@ fn start(state_dir: &Path) -> Result<Started, KeeperReport> {
     let opts = StartOptions {
         exe: PathBuf::from("/proc/self/exe"),
         sandboxes_dir: req.runtime_dir.clone(),
+        // `exec --root` can reach a persistent sandbox at any time.
+        root_view: true,
     };
     let sandbox = match Sandbox::start(&req.spec, &opts, &mut |pid| cgroup.join(pid)) {
         Ok(s) => s,

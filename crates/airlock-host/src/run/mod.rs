@@ -54,6 +54,8 @@ impl EphemeralRun {
         let opts = StartOptions {
             exe: PathBuf::from("/proc/self/exe"),
             sandboxes_dir: roots.runtime.join("sandboxes"),
+            // `run --root` only: nothing else reaches a run's sandbox as root.
+            root_view: spec.require_root,
         };
         // Runtime directories of runs whose airlock was killed (L9: ownership-checked cleanup).
         airlock_linux::host::sweep_stale(&opts.sandboxes_dir);

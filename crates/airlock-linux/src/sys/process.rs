@@ -3,6 +3,9 @@
 //! [`spawn`] forks through `std::process::Command` (which reports `execve` failures back to
 //! the parent) and runs one pre-exec hook in the child. The hook applies, in this order:
 //!
+//! 0. `setns(CLONE_NEWNS)` into the mount namespace the confinement names, if any (a root
+//!    invoker's `--root` processes: the root view, `rootfs/root_view.rs`); first, while every
+//!    capability is still held.
 //! 1. `setsid()`: a new session and process group, so the process has no controlling
 //!    terminal it did not open and cannot inject input (`TIOCSTI`) into one of ours; the
 //!    guest signals the whole group by its pid.
@@ -75,10 +78,12 @@ pub enum ChildStep {
     Seccomp,
     /// `execve` (program not found, not executable, …).
     Exec,
+    /// `setns(CLONE_NEWNS)` (the first step when there is one).
+    MountNamespace,
 }
 
 impl ChildStep {
-    const ALL: [ChildStep; 13] = [
+    const ALL: [ChildStep; 14] = [
         Self::Setsid,
         Self::ControllingTty,
         Self::CloseFds,
@@ -92,6 +97,7 @@ impl ChildStep {
         Self::NoNewPrivs,
         Self::Seccomp,
         Self::Exec,
+        Self::MountNamespace,
     ];
 
     fn from_byte(byte: u8) -> Option<Self> {
@@ -114,6 +120,7 @@ impl ChildStep {
             Self::NoNewPrivs => "prctl(PR_SET_NO_NEW_PRIVS)",
             Self::Seccomp => "seccomp",
             Self::Exec => "execve",
+            Self::MountNamespace => "setns(CLONE_NEWNS)",
         }
     }
 }
@@ -187,6 +194,9 @@ pub struct Confinement {
     pub oom_score_adj: Option<u16>,
     /// A compiled seccomp filter; it must allow `execve`.
     pub seccomp: Option<seccompiler::BpfProgram>,
+    /// A mount namespace to join first (`--root` processes of a root invoker's sandbox: the
+    /// root view, `rootfs/root_view.rs`).
+    pub mount_ns: Option<std::sync::Arc<OwnedFd>>,
 }
 
 /// What to start.
@@ -208,6 +218,7 @@ pub struct SpawnSpec {
 
 /// Everything the pre-exec hook needs, prepared before the fork (no allocation after it).
 struct ChildPlan {
+    mount_ns: Option<RawFd>,
     controlling_tty: bool,
     drop_capabilities: bool,
     withhold_setfcap: bool,
@@ -237,6 +248,8 @@ pub fn spawn(spec: SpawnSpec, confinement: &Confinement) -> Result<u32, ProcessE
     let (report_read, report_write) =
         pipe_with(PipeFlags::CLOEXEC).map_err(|e| parent_err("pipe2", e))?;
     let plan = ChildPlan {
+        // Kept open by `confinement` until `spawn` returns (the child has joined by then).
+        mount_ns: confinement.mount_ns.as_ref().map(|fd| fd.as_raw_fd()),
         controlling_tty: spec.controlling_tty,
         drop_capabilities: confinement.drop_capabilities,
         withhold_setfcap: confinement.withhold_setfcap && !confinement.drop_capabilities,
@@ -302,6 +315,17 @@ impl ChildPlan {
     /// Runs in the child: the numbered steps of the module docs.
     fn apply(&self) -> std::io::Result<()> {
         let step = |step: ChildStep, result: Result<(), Errno>| self.check(step, result);
+        if let Some(ns) = self.mount_ns {
+            // SAFETY: the descriptor is open: the parent holds it until `spawn` returns.
+            let ns = unsafe { BorrowedFd::borrow_raw(ns) };
+            step(
+                ChildStep::MountNamespace,
+                rustix::thread::move_into_link_name_space(
+                    ns,
+                    Some(rustix::thread::LinkNameSpaceType::Mount),
+                ),
+            )?;
+        }
         step(ChildStep::Setsid, rustix::process::setsid().map(drop))?;
         if self.controlling_tty {
             // SAFETY: fd 0 is open in the child: std dup2'd the PTY slave onto it.
@@ -622,6 +646,7 @@ mod tests {
             withhold_setfcap: false,
             oom_score_adj: None,
             seccomp: None,
+            mount_ns: None,
         };
         let (code, out) = run(
             &["grep", "-E", "^(Cap|NoNewPrivs)", "/proc/self/status"],
@@ -652,6 +677,7 @@ mod tests {
             withhold_setfcap: true,
             oom_score_adj: None,
             seccomp: None,
+            mount_ns: None,
         };
         let (code, out) = run(
             &["grep", "-E", "^Cap(Eff|Bnd|Prm)", "/proc/self/status"],

@@ -219,8 +219,8 @@ both! {
 
 both! {
     /// I5 / 9.5b: files the sandbox user creates in the workspace belong to the invoker on the
-    /// host, and in-sandbox root's never belong to host root (a root invoker's workspace is an
-    /// id-mapped mount).
+    /// host, and in-sandbox root's never belong to host root unless host root is the invoker
+    /// (a root invoker's workspace is an id-mapped mount, and `--root` gets the root view).
     fn workspace_writes_never_belong_to_host_root(rt) {
         let run = rt.sh(&[], "echo a > by-user");
         ok(&run);
@@ -230,9 +230,91 @@ both! {
             let run = rt.sh(&["--root"], "echo b > by-root");
             ok(&run);
             let meta = std::fs::metadata(rt.project.join("by-root")).unwrap();
-            assert_ne!(meta.uid(), 0, "in-sandbox root wrote a host-root file");
+            // A root invoker's --root writes as the invoker (the root view); an unprivileged
+            // invoker's as its first subordinate id, never as host root.
+            if rt.is_root() {
+                assert_eq!((meta.uid(), meta.gid()), (0, host_gid(&rt)), "{run:?}");
+            } else {
+                assert_ne!(meta.uid(), 0, "in-sandbox root wrote a host-root file");
+            }
         }
     }
+}
+
+/// 9.5: what a root invoker's `--root` writes into a workspace belongs to the invoker on the
+/// host, through `run --root` and through `exec --root` into an `up` sandbox (the root view),
+/// while the protected paths stay read-only and rename-proof for it and what it creates in the
+/// image stays root's inside. (An unprivileged invoker's `--root` writes as its first
+/// subordinate id: its filesystems cannot be id-mapped; docs/security.md, limitations.)
+#[test]
+fn root_writes_in_a_workspace_belong_to_the_invoker() {
+    let rt = Rt::invoker();
+    if !airlock_testkit::needs_root("a root invoker's sandbox (id-mapped workspaces)") {
+        return;
+    }
+    let git = rt.project.join(".git");
+    std::fs::create_dir_all(&git).unwrap();
+    std::fs::write(git.join("config"), "[core]\n").unwrap();
+    let owner = |name: &str| {
+        let meta = std::fs::symlink_metadata(rt.project.join(name)).unwrap();
+        (meta.uid(), meta.gid())
+    };
+    let invoker = (rt.uid(), host_gid(&rt));
+    let script = "touch by-root && mkdir dir-by-root && echo x > dir-by-root/f && \
+        echo x > /usr/local/airlock-root-made && stat -c %u:%g /usr/local/airlock-root-made; \
+        echo evil > .git/config 2>/dev/null && echo wrote-config; \
+        mv .git .git-old 2>/dev/null && echo moved-git; \
+        mkdir -p .airlock && echo x > .airlock/new 2>/dev/null && echo wrote-airlock; echo done";
+    let run = rt.sh(&["--root"], script);
+    assert_eq!(ok(&run), "0:0\ndone\n", "{run:?}");
+    for name in ["by-root", "dir-by-root", "dir-by-root/f"] {
+        assert_eq!(
+            owner(name),
+            invoker,
+            "{name}: --root's write does not belong to the invoker"
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(git.join("config")).unwrap(),
+        "[core]\n"
+    );
+    assert!(!rt.project.join(".git-old").exists());
+    assert!(
+        !Path::new("/usr/local/airlock-root-made").exists(),
+        "an image write reached the host"
+    );
+
+    ok(&rt.run_args(&["up", "--no-attach"], None));
+    let target = rt.project.join("by-exec-root");
+    let target = target.to_str().unwrap();
+    let exec = rt.run_args(&["exec", "--root", "--", "touch", target], None);
+    let protected = rt.run_args(
+        &[
+            "exec",
+            "--root",
+            "--",
+            "sh",
+            "-c",
+            &format!("echo evil > {}/.git/config", rt.project.display()),
+        ],
+        None,
+    );
+    ok(&rt.run_args(&["down"], None));
+    ok(&exec);
+    assert_ne!(
+        protected.code,
+        Some(0),
+        "exec --root wrote .git/config: {protected:?}"
+    );
+    assert_eq!(
+        owner("by-exec-root"),
+        invoker,
+        "exec --root's write does not belong to the invoker"
+    );
+    assert_eq!(
+        std::fs::read_to_string(git.join("config")).unwrap(),
+        "[core]\n"
+    );
 }
 
 fn host_gid(rt: &Rt) -> u32 {

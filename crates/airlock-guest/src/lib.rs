@@ -10,6 +10,7 @@
 
 pub mod children;
 pub mod exec;
+mod handoff;
 pub mod options;
 pub mod pid1;
 pub mod pty;

@@ -1,14 +1,24 @@
-//! The in-sandbox side of the egress path (PRODUCT N1, N10): loopback listeners relayed to
-//! host sockets.
+//! The in-sandbox side of the egress path (PRODUCT N1, N10): loopback listeners whose
+//! connections go to host sockets.
 //!
 //! The sandbox's network namespace has loopback only (I9). PID 1 binds `127.0.0.1:PORT` for
 //! every [`Relay`] *before* it serves a single exec stream, so no sandbox process can take the
-//! port first, and relays each accepted connection to the host socket bound read-only into the
-//! sandbox (the egress proxy for 3128, a host-port connector for N10). Invariants:
+//! port first. Then, per listener:
+//! - **handoff** (the egress proxy, [`Relay::handoff`]): each accepted connection is passed to
+//!   the proxy over one long-lived *handoff channel* to its socket (`SCM_RIGHTS`,
+//!   `airlock_protocol::handoff`) and PID 1 closes its copy at once: the proxy reads and writes
+//!   the sandbox process's TCP socket itself, and PID 1 copies no byte and holds no thread per
+//!   connection. A broken channel (the proxy restarted) is reopened once per connection; a
+//!   proxy that refuses the channel gets the connection's bytes relayed instead (below);
+//! - **byte relay** (host ports, N10, and a refused handoff): each connection is copied both
+//!   ways to a fresh connection to the host socket, on its own threads.
+//!
+//! Invariants:
 //! - fail closed: when the host socket cannot be reached the client connection is closed at
 //!   once, nothing else is tried (there is nothing else to reach);
-//! - bounded: at most [`MAX_CONNECTIONS`] relayed connections per listener at a time; beyond
-//!   that new connections are closed until one ends;
+//! - bounded: at most [`MAX_CONNECTIONS`] byte-relayed connections per listener at a time
+//!   (beyond that new connections are closed until one ends); handed-over connections are
+//!   bounded by the proxy, which holds them;
 //! - the relay never interprets a byte: policy is the host side's business.
 
 use std::io;
@@ -30,6 +40,9 @@ pub struct Relay {
     pub port: u16,
     /// The socket's path inside the sandbox.
     pub socket: PathBuf,
+    /// Hand each connection over to the socket's server (the egress proxy) instead of relaying
+    /// its bytes.
+    pub handoff: bool,
 }
 
 /// Why a relay could not start.
@@ -64,10 +77,17 @@ pub fn start(relays: &[Relay]) -> Result<(), RelayError> {
         })?;
         bound.push((listener, relay.socket.clone()));
     }
-    for (listener, socket) in bound {
+    for ((listener, socket), relay) in bound.into_iter().zip(relays) {
+        let handoff = relay.handoff;
         thread::Builder::new()
             .name(format!("relay-{}", socket.display()))
-            .spawn(move || serve(&listener, &socket))
+            .spawn(move || {
+                if handoff {
+                    crate::handoff::serve(&listener, &socket)
+                } else {
+                    serve(&listener, &socket)
+                }
+            })
             .map_err(|source| RelayError::Thread { source })?;
     }
     Ok(())
@@ -76,30 +96,38 @@ pub fn start(relays: &[Relay]) -> Result<(), RelayError> {
 fn serve(listener: &TcpListener, socket: &Path) {
     let active = Arc::new(AtomicUsize::new(0));
     loop {
-        let client = match listener.accept() {
-            Ok((client, _)) => client,
-            Err(_) => {
-                // E.g. out of descriptors: back off instead of spinning.
-                thread::sleep(Duration::from_millis(50));
-                continue;
-            }
-        };
-        if active.fetch_add(1, Ordering::SeqCst) >= MAX_CONNECTIONS {
-            active.fetch_sub(1, Ordering::SeqCst);
-            drop(client);
-            continue;
+        byte_relay(accept(listener), socket, &active);
+    }
+}
+
+/// The next connection; on an error (e.g. out of descriptors) backs off instead of spinning.
+pub(crate) fn accept(listener: &TcpListener) -> TcpStream {
+    loop {
+        match listener.accept() {
+            Ok((client, _)) => return client,
+            Err(_) => thread::sleep(Duration::from_millis(50)),
         }
-        let socket = socket.to_path_buf();
-        let counter = Arc::clone(&active);
-        // Threads count against the sandbox's pids limit: when none can be made (a fork bomb
-        // inside), this connection is dropped and the listener keeps serving.
-        let spawned = thread::Builder::new().spawn(move || {
-            relay_one(client, &socket);
-            counter.fetch_sub(1, Ordering::SeqCst);
-        });
-        if spawned.is_err() {
-            active.fetch_sub(1, Ordering::SeqCst);
-        }
+    }
+}
+
+/// Relays `client` to a fresh connection to `socket` on its own thread, at most
+/// [`MAX_CONNECTIONS`] at a time (counted in `active`); beyond that `client` is closed.
+pub(crate) fn byte_relay(client: TcpStream, socket: &Path, active: &Arc<AtomicUsize>) {
+    if active.fetch_add(1, Ordering::SeqCst) >= MAX_CONNECTIONS {
+        active.fetch_sub(1, Ordering::SeqCst);
+        drop(client);
+        return;
+    }
+    let socket = socket.to_path_buf();
+    let counter = Arc::clone(active);
+    // Threads count against the sandbox's pids limit: when none can be made (a fork bomb
+    // inside), this connection is dropped and the listener keeps serving.
+    let spawned = thread::Builder::new().spawn(move || {
+        relay_one(client, &socket);
+        counter.fetch_sub(1, Ordering::SeqCst);
+    });
+    if spawned.is_err() {
+        active.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -181,7 +209,12 @@ mod tests {
         let socket = dir.path().join("proxy.sock");
         let host = UnixListener::bind(&socket).unwrap();
         let port = free_port();
-        start(&[Relay { port, socket }]).unwrap();
+        start(&[Relay {
+            port,
+            socket,
+            handoff: false,
+        }])
+        .unwrap();
         let echo = thread::spawn(move || {
             let (mut conn, _) = host.accept().unwrap();
             let mut buf = Vec::new();
@@ -205,6 +238,7 @@ mod tests {
         start(&[Relay {
             port,
             socket: dir.path().join("absent.sock"),
+            handoff: false,
         }])
         .unwrap();
         let mut client = TcpStream::connect((Ipv4Addr::LOCALHOST, port)).unwrap();
@@ -224,6 +258,7 @@ mod tests {
         let err = start(&[Relay {
             port,
             socket: PathBuf::from("/nonexistent"),
+            handoff: true,
         }])
         .unwrap_err();
         assert!(err.to_string().contains(&port.to_string()));

@@ -149,6 +149,7 @@ fn guest_options(h: &Handoff, user: Confinement, mut root: Confinement) -> Guest
             .map(|r| airlock_guest::Relay {
                 port: r.port,
                 socket: std::path::Path::new(airlock_linux::spec::EGRESS_DIR).join(&r.socket),
+                handoff: r.handoff,
             })
             .collect(),
     }

@@ -163,6 +163,10 @@ pub struct Relay {
     pub port: u16,
     /// Socket file name inside [`Egress::host_dir`].
     pub socket: String,
+    /// The guest hands each connection over to the socket's server (`SCM_RIGHTS`) instead of
+    /// relaying its bytes: the egress proxy's relay (`airlock_protocol::handoff`).
+    #[serde(default)]
+    pub handoff: bool,
 }
 
 impl SandboxSpec {

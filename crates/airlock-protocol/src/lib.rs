@@ -18,6 +18,7 @@ pub mod client;
 pub mod detach_key;
 pub mod fdpass;
 pub mod frame;
+pub mod handoff;
 pub mod handshake;
 pub mod host;
 pub mod message;

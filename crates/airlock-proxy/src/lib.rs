@@ -16,6 +16,8 @@
 //! - `connect` and [`sni`]: CONNECT, the SNI check (N4), tunnel or interception (N6);
 //! - `forward`, [`substitute`], `body`: HTTP forwarding, header substitution (N5);
 //! - [`ca`] and [`tls`]: the interception CA and upstream verification (N6);
+//! - [`handoff`]: connections the sandbox's PID 1 hands over (`SCM_RIGHTS`), checked as
+//!   hostile descriptors and then served like any client;
 //! - [`splice`]: zero-copy tunnels;
 //! - [`audit`]: one JSON line per request (N7).
 //!
@@ -34,6 +36,7 @@ mod clock;
 mod connect;
 pub mod denial;
 mod forward;
+pub mod handoff;
 mod respond;
 pub mod server;
 mod shared;

@@ -19,6 +19,7 @@ use std::convert::Infallible;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
+use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex, RwLock};
 
 use airlock_config::policy::Policy;
@@ -34,6 +35,7 @@ use crate::audit::{AuditError, AuditLog, Rotation, COLLAPSE_IDLE};
 use crate::ca::{CaError, CertificateAuthority};
 use crate::connect::ClientStream;
 use crate::forward::{self, UpstreamSlot};
+use crate::handoff;
 use crate::respond::ProxyBody;
 #[cfg(test)]
 use crate::shared::SnapshotHook;
@@ -155,6 +157,8 @@ impl Proxy {
             shutdown: stop_rx,
             #[cfg(test)]
             snapshot_hook: Mutex::new(None),
+            #[cfg(test)]
+            trust_any_handoff_peer: std::sync::atomic::AtomicBool::new(false),
         });
         let task = tokio::spawn(accept_loop(listener, shared.clone()));
         shared.spawn(flush_idle_repeats(shared.audit.clone()));
@@ -205,6 +209,14 @@ impl ProxyHandle {
             .unwrap_or_else(|p| p.into_inner()) = Some(hook);
     }
 
+    /// Test hook: accept handoff channels from any peer, not only a sandbox's PID 1.
+    #[cfg(test)]
+    pub(crate) fn trust_any_handoff_peer(&self) {
+        self.shared
+            .trust_any_handoff_peer
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
     /// Whether the upstream trust store has been built (i.e. some upstream TLS connection was
     /// attempted); it is not read at start.
     pub fn upstream_trust_built(&self) -> bool {
@@ -245,13 +257,16 @@ async fn flush_idle_repeats(audit: Arc<AuditLog>) {
 
 async fn accept_loop(listener: ProxyListener, shared: Arc<Shared>) {
     let mut stop = shared.shutdown.clone();
+    let handed_over = Arc::new(AtomicUsize::new(0));
     loop {
         let accepted = tokio::select! {
             _ = stop.wait_for(|s| *s) => return,
             a = accept(&listener) => a,
         };
         match accepted {
-            Ok(Accepted::Unix(s)) => shared.spawn(serve_conn(s, shared.clone())),
+            Ok(Accepted::Unix(s)) => {
+                shared.spawn(serve_unix(s, shared.clone(), handed_over.clone()));
+            }
             Ok(Accepted::Tcp(s)) => {
                 let _ = s.set_nodelay(true);
                 shared.spawn(serve_conn(s, shared.clone()))
@@ -274,6 +289,33 @@ async fn accept(listener: &ProxyListener) -> io::Result<Accepted> {
     match listener {
         ProxyListener::Unix(l) => l.accept().await.map(|(s, _)| Accepted::Unix(s)),
         ProxyListener::Tcp(l) => l.accept().await.map(|(s, _)| Accepted::Tcp(s)),
+    }
+}
+
+/// Serves one Unix connection: a plain client, or a handoff channel from the sandbox's PID 1
+/// whose every connection is served like a client ([`crate::handoff`]).
+async fn serve_unix(
+    mut stream: tokio::net::UnixStream,
+    shared: Arc<Shared>,
+    open: Arc<AtomicUsize>,
+) {
+    match handoff::classify(&mut stream, &shared).await {
+        handoff::Kind::Client => serve_conn(stream, shared).await,
+        handoff::Kind::Refused => {}
+        handoff::Kind::Channel => {
+            while let Some(fd) = handoff::next(&stream).await {
+                match handoff::admit(fd, &open) {
+                    Ok(admitted) => {
+                        let shared_conn = shared.clone();
+                        shared.spawn(async move {
+                            let handoff::Admitted { stream, _slot } = admitted;
+                            serve_conn(stream, shared_conn).await;
+                        });
+                    }
+                    Err(e) => tracing::warn!(error = %e, "refused a handed-over connection"),
+                }
+            }
+        }
     }
 }
 

@@ -41,6 +41,9 @@ pub(crate) struct Shared {
     /// Test hook: runs once, right after the first policy snapshot a request takes.
     #[cfg(test)]
     pub snapshot_hook: Mutex<Option<SnapshotHook>>,
+    /// Test hook: accept handoff channels from any peer (the test process is no sandbox init).
+    #[cfg(test)]
+    pub trust_any_handoff_peer: std::sync::atomic::AtomicBool,
 }
 
 /// A test hook run after a request's policy snapshot (see [`Shared::snapshot_hook`]).
@@ -86,6 +89,19 @@ impl Shared {
         Ok(ca)
     }
 
+    /// Whether the peer of `stream` may hand connections over: the sandbox's PID 1
+    /// ([`crate::handoff`]).
+    pub(crate) fn trusts_handoff_peer(&self, stream: &tokio::net::UnixStream) -> bool {
+        #[cfg(test)]
+        if self
+            .trust_any_handoff_peer
+            .load(std::sync::atomic::Ordering::SeqCst)
+        {
+            return true;
+        }
+        crate::handoff::peer_is_sandbox_init(stream)
+    }
+
     /// Spawns `fut`, cancelled when the proxy shuts down.
     pub fn spawn<F>(&self, fut: F)
     where
@@ -102,7 +118,7 @@ impl Shared {
 }
 
 /// How long a client may take to send a request head; bounds idle and slow-loris clients.
-const HEADER_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+pub(crate) const HEADER_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// The HTTP/1 server settings for sandbox clients (plain and intercepted).
 pub(crate) fn client_http1() -> http1::Builder {

@@ -49,6 +49,7 @@ pub fn attach(
     let mut relays = vec![Relay {
         port: PROXY_PORT,
         socket: PROXY_SOCKET.to_owned(),
+        handoff: true,
     }];
     for hp in &network.host_ports {
         if relays.iter().any(|r| r.port == hp.guest_port) {
@@ -65,6 +66,7 @@ pub fn attach(
         relays.push(Relay {
             port: hp.guest_port,
             socket: port_socket(hp.port),
+            handoff: false,
         });
     }
     spec.env.extend(environment(data_root)?);

@@ -8,6 +8,7 @@
 
 mod builds;
 mod debian_image;
+mod handoff;
 mod live;
 mod packages;
 mod proxy;

@@ -67,7 +67,17 @@ fn holds_socket(pid: u32, inode: &str) -> bool {
 
 #[test]
 fn the_proxy_itself_holds_the_sandbox_processs_tcp_socket() {
-    let rt = Rt::invoker();
+    proxy_holds_the_socket(Rt::invoker());
+}
+
+#[test]
+fn the_proxy_itself_holds_the_sandbox_processs_tcp_socket_as_an_unprivileged_user() {
+    if let Some(rt) = Rt::unprivileged() {
+        proxy_holds_the_socket(rt);
+    }
+}
+
+fn proxy_holds_the_socket(rt: Rt) {
     let web = http_server(None);
     rt.env.write_user_config(&user_config(
         &[format!("web.test:{}", web.port())],

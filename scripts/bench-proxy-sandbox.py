@@ -132,22 +132,33 @@ def inside(airlock, env, project, ports, size, downloads, n):
     tunnel = curl % ("-p --proxy http://127.0.0.1:3128 --noproxy '' http://127.0.0.1:%d/%d"
                      % (port, size))
     forward = curl % ("http://bench.test:%d/%d" % (port, size))
+    # PID 1's CPU time (utime + stime, in clock ticks) around the downloads.
+    pid1 = "echo pid1 $(cut -d' ' -f14,15 /proc/1/stat)"
     script = "; ".join(
-        ["echo tunnel $(%s)" % tunnel] * downloads
+        [pid1]
+        + ["echo tunnel $(%s)" % tunnel] * downloads
         + ["echo forward $(%s)" % forward] * downloads
+        + [pid1]
         + ["python3 client.py tunnel bench.test %d %d" % (port, n),
            "python3 client.py forward bench.test %d %d" % (port, n)])
     run = subprocess.run([airlock, "run", "--", "sh", "-c", script], cwd=project, env=env,
                          capture_output=True, text=True)
     if run.returncode != 0:
         sys.exit("bench-proxy: airlock run failed (%d): %s" % (run.returncode, run.stderr))
-    got = {"tunnel": [], "forward": [], "lat-tunnel": [], "lat-forward": []}
+    got = {"tunnel": [], "forward": [], "lat-tunnel": [], "lat-forward": [], "pid1": []}
+    ticks = []
     for line in run.stdout.splitlines():
         words = line.split()
-        if len(words) == 2 and words[0] in ("tunnel", "forward"):
+        if words and words[0] == "pid1":
+            ticks.append(sum(int(w) for w in words[1:]))
+        elif len(words) == 2 and words[0] in ("tunnel", "forward"):
             got[words[0]].append(float(words[1]) / (1 << 20))
         elif words and words[0] in ("tunnel", "forward"):
             got["lat-" + words[0]].extend(float(x) for x in words[1:])
+    if len(ticks) == 2:
+        # milliseconds of PID 1 CPU per GiB downloaded through it
+        gib = 2 * downloads * size / (1 << 30)
+        got["pid1"].append((ticks[1] - ticks[0]) * 1000 / os.sysconf("SC_CLK_TCK") / gib)
     if min(got["tunnel"] + got["forward"], default=0) <= 0:
         sys.exit("bench-proxy: a download in the sandbox failed: %s %s" % (run.stdout, run.stderr))
     return got
@@ -188,7 +199,8 @@ def main():
     size = args.size_mib << 20
     results = {"direct": {"direct": [], "lat-direct": []}}
     for label, _ in binaries:
-        results[label] = {"tunnel": [], "forward": [], "lat-tunnel": [], "lat-forward": []}
+        results[label] = {"tunnel": [], "forward": [], "lat-tunnel": [], "lat-forward": [],
+                          "pid1": []}
     try:
         for r in range(args.rounds):
             order = binaries if r % 2 == 0 else list(reversed(binaries))
@@ -231,6 +243,11 @@ def report(args, binaries, results):
             m = statistics.median(v)
             print("| `%s` in the sandbox, %s | %.0f | %.0f–%.0f | %.0f%% |"
                   % (label, name[mode], m, min(v), max(v), 100 * m / base))
+    print("\n| CPU time of the sandbox's PID 1 (from `/proc/1/stat`) | ms per GiB downloaded "
+          "(median of rounds) |")
+    print("| --- | ---: |")
+    for label, _ in binaries:
+        print("| `%s` | %.0f |" % (label, statistics.median(results[label]["pid1"])))
     print("\n| fresh request: connect, [CONNECT], GET 1 byte, read to close (%d sequential per "
           "round, Python client) | median µs | p90 µs | added median µs |" % args.requests)
     print("| --- | ---: | ---: | ---: |")

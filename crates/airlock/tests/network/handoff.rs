@@ -107,13 +107,13 @@ HELLO = b"\0airlock-handoff 1\n"
 def ask(fd):
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.connect("/run/airlock/proxy.sock")
-    s.sendall(HELLO)
-    s.sendmsg([b"C"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))])
     s.settimeout(10)
     try:
+        s.sendall(HELLO)
+        s.sendmsg([b"C"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))])
         return s.recv(1)
-    except ConnectionResetError:
-        return b""  # closed with our message unread: refused all the same
+    except (BrokenPipeError, ConnectionResetError):
+        return b""  # closed before or with our message unread: refused all the same
     except Exception as e:
         return repr(e)
 l = socket.socket()

@@ -244,19 +244,21 @@ async fn descriptors_that_are_not_connected_loopback_tcp_sockets_are_refused() {
 
 #[tokio::test]
 async fn handed_over_connections_beyond_the_bound_are_closed_until_one_ends() {
-    let open = Arc::new(AtomicUsize::new(0));
-    let mut held = Vec::new();
-    let mut clients = Vec::new();
-    for _ in 0..MAX_HANDED_OVER {
-        let (client, accepted) = tcp_pair().await;
-        clients.push(client);
-        held.push(admit(accepted.into_std().unwrap().into(), &open).unwrap());
-    }
-    let (_c, accepted) = tcp_pair().await;
+    // All places but one taken (as by MAX_HANDED_OVER - 1 connections being served, without
+    // holding that many descriptors in the test).
+    let open = Arc::new(AtomicUsize::new(MAX_HANDED_OVER - 1));
+    let (_a, accepted) = tcp_pair().await;
+    let last = admit(accepted.into_std().unwrap().into(), &open).unwrap();
+    let (mut over_client, accepted) = tcp_pair().await;
     let over = admit(accepted.into_std().unwrap().into(), &open);
     assert!(matches!(over, Err(AdmitError::TooMany)));
     assert_eq!(open.load(Ordering::SeqCst), MAX_HANDED_OVER);
-    held.pop();
+    // The refused one is closed: its peer sees the end of the stream.
+    let mut rest = Vec::new();
+    let eof = tokio::time::timeout(Duration::from_secs(10), over_client.read_to_end(&mut rest));
+    assert!(matches!(eof.await, Ok(Ok(0))));
+    drop(last);
+    assert_eq!(open.load(Ordering::SeqCst), MAX_HANDED_OVER - 1);
     let (_d, accepted) = tcp_pair().await;
     assert!(admit(accepted.into_std().unwrap().into(), &open).is_ok());
 }

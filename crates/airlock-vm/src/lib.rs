@@ -3,6 +3,8 @@
 //! - [`kernel`]: the guest kernel `scripts/fetch-vm-kernel` unpacked, and its modules in
 //!   `modules.dep` order.
 //! - [`cpio`]: the `newc` writer the initramfs is made with.
+//! - [`mux`]: many flow-controlled streams over the one virtio-serial port.
 
 pub mod cpio;
 pub mod kernel;
+pub mod mux;

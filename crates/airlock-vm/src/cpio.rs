@@ -213,4 +213,4 @@ fn check_name(name: &str) -> Result<(), CpioError> {
 
 #[cfg(test)]
 #[path = "cpio_tests.rs"]
-mod tests;
+pub(crate) mod tests;

@@ -2,11 +2,11 @@ use super::*;
 
 /// One entry as read back: name, mode, rdev, data.
 #[derive(Debug, PartialEq, Eq)]
-struct Read {
-    name: String,
-    mode: u32,
-    rdev: (u32, u32),
-    data: Vec<u8>,
+pub(crate) struct Read {
+    pub name: String,
+    pub mode: u32,
+    pub rdev: (u32, u32),
+    pub data: Vec<u8>,
 }
 
 fn field(header: &[u8], index: usize) -> u32 {
@@ -16,7 +16,7 @@ fn field(header: &[u8], index: usize) -> u32 {
 
 /// A reader written from the format description, independent of the writer's code paths:
 /// checks the magic and the 4-byte alignment of every name and data block.
-fn read_all(bytes: &[u8]) -> Vec<Read> {
+pub(crate) fn read_all(bytes: &[u8]) -> Vec<Read> {
     let mut out = Vec::new();
     let mut at = 0usize;
     loop {

@@ -6,5 +6,6 @@
 //! - [`mux`]: many flow-controlled streams over the one virtio-serial port.
 
 pub mod cpio;
+pub mod initramfs;
 pub mod kernel;
 pub mod mux;

@@ -22,6 +22,10 @@ use airlock_linux::sys::process::Confinement;
 /// Runs a hidden verb when `args` names one and returns its exit status; `None` for every
 /// public command line, which then goes to clap.
 pub fn dispatch(args: &[OsString]) -> Option<i32> {
+    // PID 1 of a `vm` sandbox: the kernel started this executable as the initramfs's /init.
+    if airlock_vm::guest::is_vm_init(args) {
+        airlock_vm::guest::main();
+    }
     let verb = args.get(1)?;
     if verb == airlock_linux::bootstrap::INIT_VERB && args.len() == 2 {
         unblock_signals();

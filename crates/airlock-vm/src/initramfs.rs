@@ -1,6 +1,6 @@
 //! The guest's initramfs, built from airlock's own binary: `/init` is the `airlock`
 //! executable (its hidden VM entry runs when it is PID 1 as `/init`), beside the shared
-//! libraries it was linked with (the ELF interpreter and what the running process mapped),
+//! libraries it was linked with (the ELF interpreter and every `DT_NEEDED`, recursively),
 //! the kernel modules in load order, and `airlock/modules` listing them. Host symbolic links
 //! on the way to a file (Debian's merged `/usr`: `/lib64 -> usr/lib64`) are copied as links,
 //! so the interpreter and library paths resolve in the guest as on the host.
@@ -67,19 +67,17 @@ pub struct Contents {
 }
 
 impl Contents {
-    /// The contents for `exe` (this process's own image, or one linked like it), with the
-    /// libraries this process has mapped and the `wanted` modules of `kernel` (usually
-    /// [`crate::kernel::GUEST_MODULES`]) with what they depend on.
+    /// The contents for `exe`, with its interpreter and the libraries it needs and the
+    /// `wanted` modules of `kernel` (usually [`crate::kernel::GUEST_MODULES`]) with what they
+    /// depend on.
     pub fn for_exe(
         exe: &Path,
         kernel: &Kernel,
         wanted: &[&str],
     ) -> Result<Contents, InitramfsError> {
-        let mut libraries = vec![elf_interpreter(exe)?];
-        libraries.extend(mapped_libraries()?);
         Ok(Contents {
             exe: exe.to_path_buf(),
-            libraries,
+            libraries: needed_libraries(exe)?,
             modules: kernel.load_order(wanted)?,
         })
     }
@@ -238,61 +236,178 @@ fn normalize(path: &Path) -> PathBuf {
     out
 }
 
-/// The `PT_INTERP` path of a 64-bit little-endian ELF executable.
-pub fn elf_interpreter(exe: &Path) -> Result<PathBuf, InitramfsError> {
-    let elf = |why| InitramfsError::Elf {
-        path: exe.to_path_buf(),
-        why,
-    };
-    let mut head = Vec::new();
-    File::open(exe)
-        .and_then(|f| f.take(64 * 1024).read_to_end(&mut head))
-        .map_err(|source| InitramfsError::Read {
-            path: exe.to_path_buf(),
-            source,
-        })?;
-    if head.len() < 64 || &head[..4] != b"\x7fELF" || head[4] != 2 || head[5] != 1 {
-        return Err(elf("not a 64-bit little-endian ELF file"));
-    }
-    let u16_at = |at: usize| u16::from_le_bytes([head[at], head[at + 1]]) as usize;
-    let u64_at = |at: usize| -> Option<usize> {
-        let bytes: [u8; 8] = head.get(at..at + 8)?.try_into().ok()?;
-        usize::try_from(u64::from_le_bytes(bytes)).ok()
-    };
-    let phoff = u64_at(0x20).ok_or_else(|| elf("no program headers"))?;
-    let (entsize, count) = (u16_at(0x36), u16_at(0x38));
-    for i in 0..count {
-        let at = phoff + i * entsize;
-        let Some(kind) = head.get(at..at + 4) else {
-            return Err(elf("program headers beyond the first 64 KiB"));
-        };
-        if kind == 3u32.to_le_bytes() {
-            let offset = u64_at(at + 8).ok_or_else(|| elf("truncated PT_INTERP"))?;
-            let size = u64_at(at + 32).ok_or_else(|| elf("truncated PT_INTERP"))?;
-            let raw = head
-                .get(offset..offset + size)
-                .ok_or_else(|| elf("PT_INTERP beyond the first 64 KiB"))?;
-            let text = raw.split(|b| *b == 0).next().unwrap_or_default();
-            return Ok(PathBuf::from(String::from_utf8_lossy(text).into_owned()));
+/// Directories the dynamic loader searches when there is no `ld.so.cache` (Debian's
+/// multiarch layout first).
+const LIBRARY_DIRS: &[&str] = &[
+    "/lib/x86_64-linux-gnu",
+    "/usr/lib/x86_64-linux-gnu",
+    "/lib64",
+    "/usr/lib64",
+    "/lib",
+    "/usr/lib",
+];
+
+/// The interpreter of `exe` and every shared library it needs, directly or through another
+/// library (`DT_NEEDED`, resolved in [`LIBRARY_DIRS`]), as host paths.
+pub fn needed_libraries(exe: &Path) -> Result<Vec<PathBuf>, InitramfsError> {
+    let image = Elf::read(exe)?;
+    let mut found = vec![image.interpreter()?];
+    let mut queue: Vec<String> = image.needed()?;
+    let mut seen = BTreeSet::new();
+    while let Some(name) = queue.pop() {
+        if !seen.insert(name.clone()) {
+            continue;
         }
+        let path = LIBRARY_DIRS
+            .iter()
+            .map(|d| Path::new(d).join(&name))
+            .find(|p| p.is_file())
+            .ok_or_else(|| InitramfsError::Elf {
+                path: exe.to_path_buf(),
+                why: "needs a shared library that is in none of the standard directories",
+            })?;
+        queue.extend(Elf::read(&path)?.needed()?);
+        found.push(path);
     }
-    Err(elf("statically linked or no PT_INTERP"))
+    Ok(found)
 }
 
-/// The shared libraries this process has mapped (from `/proc/self/maps`), host paths.
-pub fn mapped_libraries() -> Result<Vec<PathBuf>, InitramfsError> {
-    let maps =
-        std::fs::read_to_string("/proc/self/maps").map_err(|source| InitramfsError::Read {
-            path: PathBuf::from("/proc/self/maps"),
+/// A 64-bit little-endian ELF file, read whole.
+struct Elf {
+    path: PathBuf,
+    bytes: Vec<u8>,
+}
+
+/// One program header: type, file offset, virtual address, file size.
+struct Segment {
+    kind: u32,
+    offset: usize,
+    vaddr: usize,
+    filesz: usize,
+}
+
+const PT_LOAD: u32 = 1;
+const PT_DYNAMIC: u32 = 2;
+const PT_INTERP: u32 = 3;
+const DT_NEEDED: u64 = 1;
+const DT_STRTAB: u64 = 5;
+
+impl Elf {
+    fn read(path: &Path) -> Result<Elf, InitramfsError> {
+        let bytes = std::fs::read(path).map_err(|source| InitramfsError::Read {
+            path: path.to_path_buf(),
             source,
         })?;
-    let libs: BTreeSet<PathBuf> = maps
-        .lines()
-        .filter_map(|line| line.split_whitespace().nth(5))
-        .filter(|path| path.starts_with('/') && path.contains(".so"))
-        .map(PathBuf::from)
-        .collect();
-    Ok(libs.into_iter().collect())
+        let elf = Elf {
+            path: path.to_path_buf(),
+            bytes,
+        };
+        let b = &elf.bytes;
+        if b.len() < 64 || &b[..4] != b"\x7fELF" || b[4] != 2 || b[5] != 1 {
+            return Err(elf.bad("not a 64-bit little-endian ELF file"));
+        }
+        Ok(elf)
+    }
+
+    fn bad(&self, why: &'static str) -> InitramfsError {
+        InitramfsError::Elf {
+            path: self.path.clone(),
+            why,
+        }
+    }
+
+    fn u64_at(&self, at: usize) -> Option<u64> {
+        Some(u64::from_le_bytes(
+            self.bytes.get(at..at + 8)?.try_into().ok()?,
+        ))
+    }
+
+    fn usize_at(&self, at: usize) -> Option<usize> {
+        usize::try_from(self.u64_at(at)?).ok()
+    }
+
+    fn segments(&self) -> Result<Vec<Segment>, InitramfsError> {
+        let truncated = || self.bad("truncated program headers");
+        let phoff = self.usize_at(0x20).ok_or_else(truncated)?;
+        let entsize = u16::from_le_bytes([self.bytes[0x36], self.bytes[0x37]]) as usize;
+        let count = u16::from_le_bytes([self.bytes[0x38], self.bytes[0x39]]) as usize;
+        (0..count)
+            .map(|i| {
+                let at = phoff + i * entsize;
+                let kind = self.bytes.get(at..at + 4).ok_or_else(truncated)?;
+                Ok(Segment {
+                    kind: u32::from_le_bytes(kind.try_into().map_err(|_| truncated())?),
+                    offset: self.usize_at(at + 8).ok_or_else(truncated)?,
+                    vaddr: self.usize_at(at + 16).ok_or_else(truncated)?,
+                    filesz: self.usize_at(at + 32).ok_or_else(truncated)?,
+                })
+            })
+            .collect()
+    }
+
+    /// A NUL-terminated string at a file offset.
+    fn string_at(&self, at: usize) -> Option<String> {
+        let rest = self.bytes.get(at..)?;
+        let end = rest.iter().position(|b| *b == 0)?;
+        Some(String::from_utf8_lossy(&rest[..end]).into_owned())
+    }
+
+    fn interpreter(&self) -> Result<PathBuf, InitramfsError> {
+        let seg = self
+            .segments()?
+            .into_iter()
+            .find(|s| s.kind == PT_INTERP)
+            .ok_or_else(|| self.bad("statically linked or no PT_INTERP"))?;
+        self.string_at(seg.offset)
+            .map(PathBuf::from)
+            .ok_or_else(|| self.bad("PT_INTERP beyond the end of the file"))
+    }
+
+    /// `DT_NEEDED` names.
+    fn needed(&self) -> Result<Vec<String>, InitramfsError> {
+        let segments = self.segments()?;
+        let Some(dynamic) = segments.iter().find(|s| s.kind == PT_DYNAMIC) else {
+            return Ok(Vec::new());
+        };
+        let bad = || self.bad("malformed dynamic section");
+        let mut entries = Vec::new();
+        for i in 0..dynamic.filesz / 16 {
+            let at = dynamic.offset + i * 16;
+            let tag = self.u64_at(at).ok_or_else(bad)?;
+            let value = self.u64_at(at + 8).ok_or_else(bad)?;
+            if tag == 0 {
+                break;
+            }
+            entries.push((tag, value));
+        }
+        let strtab = entries
+            .iter()
+            .find(|(tag, _)| *tag == DT_STRTAB)
+            .and_then(|(_, v)| usize::try_from(*v).ok())
+            .ok_or_else(bad)?;
+        // The string table is named by virtual address: find its file offset.
+        let load = segments
+            .iter()
+            .find(|s| s.kind == PT_LOAD && s.vaddr <= strtab && strtab < s.vaddr + s.filesz)
+            .ok_or_else(bad)?;
+        let strtab = strtab - load.vaddr + load.offset;
+        entries
+            .iter()
+            .filter(|(tag, _)| *tag == DT_NEEDED)
+            .map(|(_, v)| {
+                usize::try_from(*v)
+                    .ok()
+                    .and_then(|v| self.string_at(strtab + v))
+                    .filter(|name| !name.contains('/') && !name.is_empty())
+                    .ok_or_else(bad)
+            })
+            .collect()
+    }
+}
+
+/// The `PT_INTERP` path of a 64-bit little-endian ELF executable.
+pub fn elf_interpreter(exe: &Path) -> Result<PathBuf, InitramfsError> {
+    Elf::read(exe)?.interpreter()
 }
 
 #[cfg(test)]

@@ -63,6 +63,11 @@ fn init_its_interpreter_and_libraries_and_modules_resolve_inside_the_archive() {
     let exe = std::env::current_exe().unwrap();
     let contents = Contents::for_exe(&exe, &kernel, &["top"]).unwrap();
     let interp = contents.libraries[0].clone();
+    assert!(
+        contents.libraries.iter().any(|l| l.ends_with("libc.so.6")),
+        "libc (needed through DT_NEEDED) missing: {:?}",
+        contents.libraries
+    );
     assert!(interp.is_absolute(), "{interp:?}");
     let out = dir.path().join("initramfs");
     build(&contents, &kernel, &out).unwrap();

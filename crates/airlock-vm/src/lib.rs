@@ -5,7 +5,10 @@
 //! - [`cpio`]: the `newc` writer the initramfs is made with.
 //! - [`mux`]: many flow-controlled streams over the one virtio-serial port.
 
+pub mod boot;
 pub mod cpio;
+pub mod guest;
 pub mod initramfs;
 pub mod kernel;
+pub mod machine;
 pub mod mux;

@@ -10,3 +10,4 @@ mod lifecycle;
 mod network;
 mod runtime;
 mod sessions;
+mod vm;

@@ -1,0 +1,64 @@
+//! The one exchange on stream 0 before the mux starts: the guest's [`Hello`] (it is up, which
+//! kernel, how long it took), then the host's [`GuestConfig`] (the epoch key, who runs
+//! commands, what is shared). Both carry [`BOOT_VERSION`] and are refused in any other, so an
+//! initramfs built by another airlock is never half understood.
+
+use serde::{Deserialize, Serialize};
+
+/// Version of the boot exchange.
+pub const BOOT_VERSION: u32 = 1;
+/// Largest boot message either side accepts.
+pub const MAX_BOOT_MESSAGE: usize = 1 << 20;
+/// The name of the virtio-serial port that carries the control channel.
+pub const CHANNEL_PORT: &str = "airlock.0";
+
+/// Guest → host, once the guest's PID 1 found its port.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Hello {
+    pub version: u32,
+    /// `uname -r` of the guest.
+    pub kernel: String,
+    /// Guest uptime when PID 1 said hello (kernel boot + init), milliseconds.
+    pub uptime_ms: u64,
+}
+
+/// A host directory the guest mounts (9p over virtio) at the same path.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Share {
+    /// The virtio-9p mount tag (`ws0`, …; at most 31 bytes).
+    pub tag: String,
+    /// Absolute path inside the guest.
+    pub path: String,
+    pub writable: bool,
+}
+
+/// The user that ordinary commands run as.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GuestUser {
+    pub name: String,
+    pub uid: u32,
+    pub gid: u32,
+    pub home: String,
+}
+
+/// Host → guest, once, after the hello.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GuestConfig {
+    pub version: u32,
+    /// The epoch key, hex; it proves every stream (the control protocol's handshake).
+    pub key: String,
+    pub hostname: String,
+    pub user: GuestUser,
+    /// Base environment of every command.
+    pub env: Vec<(String, String)>,
+    /// Whether `--root` commands are served.
+    pub root_allowed: bool,
+    /// Tag of the read-only share holding the host's `/usr`.
+    pub usr_tag: String,
+    /// Workspaces and mounts.
+    pub shares: Vec<Share>,
+}

@@ -1,0 +1,97 @@
+use std::os::unix::fs::MetadataExt;
+use std::time::{Duration, Instant};
+
+use airlock_protocol::ExitStatus;
+
+use super::{boot, exec, guest_user};
+
+#[test]
+fn vm_guest_runs_its_own_kernel_through_the_serial_channel() {
+    let Some(vm) = boot(&[], guest_user(1000, 1000)) else {
+        return;
+    };
+    let started = Instant::now();
+    let (status, out, err) = exec(&vm, &["uname", "-r"], None);
+    let exec_wall = started.elapsed();
+    assert_eq!(status, ExitStatus::Code(0), "stderr: {err}");
+    assert_eq!(out.trim(), vm.kernel.release);
+    let host_release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    assert_ne!(
+        out.trim(),
+        host_release.trim(),
+        "the command ran on the host's kernel"
+    );
+    let host = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    let host = host.trim();
+    eprintln!(
+        "vm (tcg): guest uptime at hello {} ms, spawn to hello {} ms (boot call {:?}), uname exec {:?}; host kernel {host}",
+        vm.machine.hello.uptime_ms, vm.machine.spawn_to_hello_ms, vm.boot_wall, exec_wall
+    );
+    // The command ran as the unprivileged guest user.
+    let (_, id, _) = exec(&vm, &["id", "-u"], None);
+    assert_eq!(id.trim(), "1000");
+    assert!(
+        !vm.machine.shutdown(Duration::from_secs(20)),
+        "QEMU had to be killed"
+    );
+}
+
+#[test]
+fn vm_workspace_is_shared_at_the_same_path_and_guest_writes_reach_the_host() {
+    let ws = tempfile::tempdir().unwrap();
+    std::fs::write(ws.path().join("from-host"), "hello from the host\n").unwrap();
+    let owner = std::fs::metadata(ws.path()).unwrap();
+    let user = guest_user(owner.uid(), owner.gid());
+    let Some(vm) = boot(&[(ws.path().to_path_buf(), true)], user) else {
+        return;
+    };
+    let path = ws.path().display().to_string();
+    let (status, out, err) = exec(&vm, &["cat", "from-host"], Some(&path));
+    assert_eq!(status, ExitStatus::Code(0), "stderr: {err}");
+    assert_eq!(out, "hello from the host\n");
+    let (status, _, err) = exec(
+        &vm,
+        &["sh", "-c", "echo from the guest > from-guest"],
+        Some(&path),
+    );
+    assert_eq!(status, ExitStatus::Code(0), "stderr: {err}");
+    let written = ws.path().join("from-guest");
+    assert_eq!(
+        std::fs::read_to_string(&written).unwrap(),
+        "from the guest\n"
+    );
+    let meta = std::fs::metadata(&written).unwrap();
+    assert_eq!(
+        (meta.uid(), meta.gid()),
+        (owner.uid(), owner.gid()),
+        "the guest's file is not the invoker's"
+    );
+    assert!(
+        !vm.machine.shutdown(Duration::from_secs(20)),
+        "QEMU had to be killed"
+    );
+}
+
+#[test]
+fn vm_guest_sees_no_kvm_and_no_host_devices() {
+    let Some(vm) = boot(&[], guest_user(1000, 1000)) else {
+        return;
+    };
+    let (_, out, _) = exec(&vm, &["ls", "-1", "/dev"], None);
+    let mut nodes: Vec<&str> = out.lines().collect();
+    nodes.sort_unstable();
+    assert_eq!(
+        nodes,
+        [
+            "fd", "full", "null", "ptmx", "pts", "random", "shm", "stderr", "stdin", "stdout",
+            "tty", "urandom", "zero"
+        ]
+    );
+    // The root of the guest cannot reach the host's devices either (it has none to reach).
+    let (status, _, _) = exec(&vm, &["test", "-e", "/dev/kvm"], None);
+    assert_eq!(status, ExitStatus::Code(1));
+    assert!(
+        !vm.machine.shutdown(Duration::from_secs(20)),
+        "QEMU had to be killed"
+    );
+}

@@ -1,0 +1,140 @@
+//! The `vm` backend's guest under QEMU's TCG accelerator (this kind of machine has no usable
+//! KVM): the initramfs built from the binary under test, the guest kernel that
+//! `scripts/fetch-vm-kernel` unpacked, the control protocol through the multiplexed
+//! virtio-serial port. Each test boots one VM (a few seconds under TCG).
+
+mod boot;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use airlock_protocol::{ExecClient, ExecRequest, ExecUser, ExitStatus, Key};
+use airlock_vm::boot::{GuestConfig, GuestUser, Share, BOOT_VERSION};
+use airlock_vm::initramfs::{self, Contents};
+use airlock_vm::kernel::{Kernel, GUEST_MODULES};
+use airlock_vm::machine::{Accel, HostShare, Machine, MachineSpec};
+
+use crate::common::AIRLOCK;
+
+pub const QEMU: &str = "qemu-system-x86_64";
+
+/// Where `scripts/fetch-vm-kernel` puts kernels for this user.
+fn kernel_cache() -> PathBuf {
+    let cache = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache"));
+    cache.join("airlock/vm-kernel")
+}
+
+/// The kernel, or a skip (a failure under CI: scripts/test fetches it).
+pub fn needs_kernel() -> Option<Kernel> {
+    match Kernel::find(&kernel_cache()) {
+        Ok(k) => Some(k),
+        Err(err) => {
+            airlock_testkit::skip(format_args!("{err}"));
+            None
+        }
+    }
+}
+
+/// A booted VM, its key and its directory.
+pub struct Booted {
+    pub machine: Machine,
+    pub key: Key,
+    pub kernel: Kernel,
+    pub dir: tempfile::TempDir,
+    pub boot_wall: Duration,
+}
+
+/// Boots a VM with `shares` (host path, writable) mounted at the same paths, running
+/// commands as `user`. `None` when qemu or the kernel is missing (outside CI).
+pub fn boot(shares: &[(PathBuf, bool)], user: GuestUser) -> Option<Booted> {
+    if !airlock_testkit::needs_tool(QEMU) {
+        return None;
+    }
+    let kernel = needs_kernel()?;
+    let dir = tempfile::tempdir().unwrap();
+    let initramfs = dir.path().join("initramfs.cpio");
+    let contents = Contents::for_exe(AIRLOCK.as_ref(), &kernel, GUEST_MODULES).unwrap();
+    initramfs::build(&contents, &kernel, &initramfs).unwrap();
+    let mut host_shares = vec![HostShare {
+        tag: "usr".into(),
+        host: "/usr".into(),
+        writable: false,
+    }];
+    let mut guest_shares = Vec::new();
+    for (i, (path, writable)) in shares.iter().enumerate() {
+        host_shares.push(HostShare {
+            tag: format!("ws{i}"),
+            host: path.clone(),
+            writable: *writable,
+        });
+        guest_shares.push(Share {
+            tag: format!("ws{i}"),
+            path: path.display().to_string(),
+            writable: *writable,
+        });
+    }
+    let spec = MachineSpec {
+        qemu: QEMU.into(),
+        kernel: kernel.image.clone(),
+        initramfs,
+        accel: Accel::Tcg,
+        memory_mb: 512,
+        cpus: 1,
+        dir: dir.path().to_path_buf(),
+        shares: host_shares,
+    };
+    let key = Key::generate().unwrap();
+    let config = GuestConfig {
+        version: BOOT_VERSION,
+        key: key.to_hex(),
+        hostname: "airlock-vm-test".into(),
+        user,
+        env: vec![("PATH".into(), "/usr/local/bin:/usr/bin:/bin".into())],
+        root_allowed: true,
+        usr_tag: "usr".into(),
+        shares: guest_shares,
+    };
+    let started = Instant::now();
+    let machine = Machine::boot(&spec, &config, Instant::now() + Duration::from_secs(60))
+        .unwrap_or_else(|e| panic!("the VM did not boot: {e}"));
+    let boot_wall = started.elapsed();
+    Some(Booted {
+        machine,
+        key,
+        kernel,
+        dir,
+        boot_wall,
+    })
+}
+
+/// An unprivileged guest user.
+pub fn guest_user(uid: u32, gid: u32) -> GuestUser {
+    GuestUser {
+        name: "dev".into(),
+        uid,
+        gid,
+        home: "/home/dev".into(),
+    }
+}
+
+/// Runs `argv` in the guest; returns (status, stdout, stderr).
+pub fn exec(vm: &Booted, argv: &[&str], cwd: Option<&str>) -> (ExitStatus, String, String) {
+    let stream = vm.machine.open().unwrap();
+    let client = ExecClient::connect(stream, &vm.key).unwrap();
+    let request = ExecRequest {
+        argv: argv.iter().map(|s| s.to_string()).collect(),
+        env: Default::default(),
+        cwd: cwd.map(str::to_owned),
+        user: ExecUser::Sandbox,
+        tty: None,
+    };
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let status = client.run(&request, None, &mut out, &mut err).unwrap();
+    (
+        status,
+        String::from_utf8_lossy(&out).into_owned(),
+        String::from_utf8_lossy(&err).into_owned(),
+    )
+}

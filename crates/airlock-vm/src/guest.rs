@@ -175,7 +175,6 @@ fn uptime_ms() -> u64 {
 const NEW_ROOT: &str = "/mnt/root";
 
 fn build_root(config: &GuestConfig) -> Result<(), VmGuestError> {
-    let none = MountFlags::empty();
     let nosuid = MountFlags::NOSUID | MountFlags::NODEV;
     rustix::mount::mount("root", NEW_ROOT, "tmpfs", nosuid, Some(c"mode=0755"))
         .map_err(setup("mount", NEW_ROOT))?;
@@ -236,8 +235,11 @@ fn build_root(config: &GuestConfig) -> Result<(), VmGuestError> {
         mkdir_all(&target)?;
         mount_9p(&share.tag, &target, share.writable)?;
     }
-    let _ = none;
-    // Switch: the new root moves over the initramfs's, which stays unreachable below it.
+    switch_root(config)
+}
+
+/// Moves the new root over the initramfs's (which stays unreachable below it) and enters it.
+fn switch_root(config: &GuestConfig) -> Result<(), VmGuestError> {
     std::env::set_current_dir(NEW_ROOT).map_err(setup("chdir", NEW_ROOT))?;
     rustix::mount::mount_move(".", "/").map_err(setup("move mount", NEW_ROOT))?;
     rustix::process::chroot(".").map_err(setup("chroot", NEW_ROOT))?;

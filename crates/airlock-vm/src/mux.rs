@@ -292,12 +292,8 @@ fn read_loop(
     inner: &Arc<Inner>,
     on_open: Option<&(dyn Fn(UnixStream) + Send)>,
 ) {
-    loop {
-        let frame = match read_frame(&mut reader, 0) {
-            Ok(Some(frame)) => frame,
-            // The port ended or spoke garbage: nothing after it can be trusted.
-            Ok(None) | Err(_) => break,
-        };
+    // Until the port ends or speaks garbage: nothing after that can be trusted.
+    while let Ok(Some(frame)) = read_frame(&mut reader, 0) {
         dispatch(inner, frame, on_open);
     }
     inner.close_all();

@@ -42,7 +42,8 @@ pub struct Booted {
     pub machine: Machine,
     pub key: Key,
     pub kernel: Kernel,
-    pub dir: tempfile::TempDir,
+    /// Holds the initramfs and the logs for as long as the VM runs.
+    pub _dir: tempfile::TempDir,
     pub boot_wall: Duration,
 }
 
@@ -104,7 +105,7 @@ pub fn boot(shares: &[(PathBuf, bool)], user: GuestUser) -> Option<Booted> {
         machine,
         key,
         kernel,
-        dir,
+        _dir: dir,
         boot_wall,
     })
 }

@@ -27,6 +27,11 @@ fn vm_guest_runs_its_own_kernel_through_the_serial_channel() {
         "vm (tcg): guest uptime at hello {} ms, spawn to hello {} ms (boot call {:?}), uname exec {:?}; host kernel {host}",
         vm.machine.hello.uptime_ms, vm.machine.spawn_to_hello_ms, vm.boot_wall, exec_wall
     );
+    let started = Instant::now();
+    let (status, _, _) = exec(&vm, &["true"], None);
+    let true_wall = started.elapsed();
+    assert_eq!(status, ExitStatus::Code(0));
+    eprintln!("vm (tcg): exec of `true` on the booted guest {true_wall:?}");
     // The command ran as the unprivileged guest user.
     let (_, id, _) = exec(&vm, &["id", "-u"], None);
     assert_eq!(id.trim(), "1000");
@@ -94,4 +99,39 @@ fn vm_guest_sees_no_kvm_and_no_host_devices() {
         !vm.machine.shutdown(Duration::from_secs(20)),
         "QEMU had to be killed"
     );
+}
+
+#[test]
+fn vm_killing_the_monitor_ends_the_running_command_stream_instead_of_hanging() {
+    let Some(vm) = boot(&[], guest_user(1000, 1000)) else {
+        return;
+    };
+    let stream = vm.machine.open().unwrap();
+    let client = airlock_protocol::ExecClient::connect(stream, &vm.key).unwrap();
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let request = airlock_protocol::ExecRequest {
+            argv: vec!["sleep".into(), "1000".into()],
+            env: Default::default(),
+            cwd: None,
+            user: airlock_protocol::ExecUser::Sandbox,
+            tty: None,
+        };
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let _ = done_tx.send(client.run(&request, None, &mut out, &mut err));
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    let killed = std::process::Command::new("kill")
+        .args(["-KILL", &vm.machine.pid().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let result = done_rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the command's stream still hangs 30 s after QEMU died");
+    assert!(
+        matches!(result, Err(airlock_protocol::ClientError::Closed)),
+        "{result:?}"
+    );
+    assert!(vm.machine.open().is_err(), "a stream opened to a dead VM");
 }

@@ -61,4 +61,7 @@ pub struct GuestConfig {
     pub usr_tag: String,
     /// Workspaces and mounts.
     pub shares: Vec<Share>,
+    /// The loopback port of the egress relay (the proxy's port, e.g. 3128), if the sandbox
+    /// has egress: each connection to it becomes a stream the host hands to its proxy.
+    pub egress_port: Option<u16>,
 }

@@ -23,7 +23,7 @@ use rustix::mount::{MountFlags, MountPropagationFlags};
 
 use crate::boot::{GuestConfig, Hello, BOOT_VERSION, CHANNEL_PORT, MAX_BOOT_MESSAGE};
 use crate::initramfs::MODULES_LIST;
-use crate::mux::{read_frame, write_frame, Kind, Mux};
+use crate::mux::{bridge, read_frame, write_frame, Kind, Mux, Side};
 
 /// Why the VM's PID 1 could not start the guest (printed on the VM console).
 #[derive(Debug, thiserror::Error)]
@@ -79,7 +79,7 @@ fn run() -> Result<(), VmGuestError> {
     let config = exchange(&mut port)?;
     build_root(&config)?;
     let options = options(&config)?;
-    serve(port, options);
+    serve(port, options, config.egress_port);
     Ok(())
 }
 
@@ -402,8 +402,11 @@ fn options(config: &GuestConfig) -> Result<GuestOptions, VmGuestError> {
     })
 }
 
+/// Where the egress relay's connections enter the mux (root-only directory).
+const EGRESS_SOCKET: &str = "/run/airlock/egress.sock";
+
 /// Runs the guest with streams from the port; returns when the host closed the port.
-fn serve(port: File, options: GuestOptions) {
+fn serve(port: File, mut options: GuestOptions, egress_port: Option<u16>) {
     let Ok((to_guest, control)) = airlock_protocol::control_socketpair() else {
         return;
     };
@@ -412,7 +415,8 @@ fn serve(port: File, options: GuestOptions) {
     let Ok(reader) = port.try_clone() else {
         return;
     };
-    let (_mux, closed) = Mux::start(
+    let (mux, closed) = Mux::start(
+        Side::Guest,
         Box::new(reader) as Box<dyn Read + Send>,
         Box::new(port) as Box<dyn Write + Send>,
         Some(Box::new(move |stream| {
@@ -424,6 +428,15 @@ fn serve(port: File, options: GuestOptions) {
             }
         })),
     );
+    if let Some(port) = egress_port {
+        match egress_listener(&mux) {
+            Ok(()) => options.relays.push(airlock_guest::Relay {
+                port,
+                socket: EGRESS_SOCKET.into(),
+            }),
+            Err(err) => eprintln!("airlock vm guest: no egress: {err}"),
+        }
+    }
     std::thread::spawn(move || {
         closed.wait();
         // The guest's control socket reaches its end: PID 1 stops its processes and returns.
@@ -433,4 +446,24 @@ fn serve(port: File, options: GuestOptions) {
             .take();
     });
     airlock_guest::pid1::run(control, options);
+}
+
+/// Each connection to [`EGRESS_SOCKET`] (made by PID 1's loopback relay) becomes a stream to
+/// the host, which connects it to the sandbox's proxy.
+fn egress_listener(mux: &Mux) -> Result<(), VmGuestError> {
+    mkdir("/run/airlock", 0o700)?;
+    let listener = std::os::unix::net::UnixListener::bind(EGRESS_SOCKET)
+        .map_err(setup("bind", EGRESS_SOCKET))?;
+    let mux = mux.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(conn) = conn else { continue };
+            match mux.open() {
+                Ok(stream) => bridge(conn, stream),
+                // The port is gone: the guest is shutting down.
+                Err(_) => return,
+            }
+        }
+    });
+    Ok(())
 }

@@ -11,7 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::boot::{GuestConfig, Hello, BOOT_VERSION, CHANNEL_PORT, MAX_BOOT_MESSAGE};
-use crate::mux::{read_frame, write_frame, Closed, Kind, Mux};
+use crate::mux::{bridge, read_frame, write_frame, Closed, Kind, Mux, Side};
 
 /// The accelerator QEMU runs the guest with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -54,6 +54,8 @@ pub struct MachineSpec {
     pub dir: PathBuf,
     /// Shares (the host's `/usr` and every workspace); tags match the guest configuration.
     pub shares: Vec<HostShare>,
+    /// The egress proxy's Unix socket: every stream the guest opens is connected to it.
+    pub egress_socket: Option<PathBuf>,
 }
 
 /// Starting or stopping the VM failed.
@@ -215,7 +217,16 @@ impl Machine {
                 let _ = std::fs::remove_file(&socket);
                 let reader = channel.try_clone().map_err(io_err("clone", &socket))?;
                 let writer = channel.try_clone().map_err(io_err("clone", &socket))?;
-                let (mux, closed) = Mux::start(Box::new(reader), Box::new(writer), None);
+                let on_open = spec.egress_socket.clone().map(|proxy| {
+                    Box::new(move |stream: UnixStream| {
+                        // A proxy that is gone ends the guest's connection (dropped stream).
+                        if let Ok(upstream) = UnixStream::connect(&proxy) {
+                            bridge(stream, upstream);
+                        }
+                    }) as Box<dyn Fn(UnixStream) + Send>
+                });
+                let (mux, closed) =
+                    Mux::start(Side::Host, Box::new(reader), Box::new(writer), on_open);
                 Ok(Machine {
                     child,
                     channel,

@@ -11,8 +11,10 @@
 //! receiver's memory and never blocks the port for the others. A peer that sends beyond its
 //! window gets that stream reset.
 //!
-//! Only the host opens streams ([`Mux::open`]); the guest is told by an `Open` frame and
-//! hands its end to the control server (`on_open`). Stream 0 is the boot exchange (hello and
+//! Either side opens streams ([`Mux::open`]): the host for each exec (the guest hands its end
+//! to the control server), the guest for each egress connection (the host hands its end to the
+//! proxy). The host's stream ids are odd, the guest's even, so both can open at once; an
+//! `Open` with the opener's own parity is refused. Stream 0 is the boot exchange (hello and
 //! configuration) before the mux starts ([`write_frame`], [`read_frame`]).
 
 use std::collections::{HashMap, VecDeque};
@@ -165,6 +167,29 @@ impl Stream {
     }
 }
 
+/// Which end of the port a mux is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    /// Opens odd stream ids.
+    Host,
+    /// Opens even stream ids.
+    Guest,
+}
+
+impl Side {
+    fn first_id(self) -> u32 {
+        match self {
+            Side::Host => 1,
+            Side::Guest => 2,
+        }
+    }
+
+    /// Whether the peer of this side may open stream `id`.
+    fn peer_may_open(self, id: u32) -> bool {
+        id != 0 && (id % 2 == 0) == (self == Side::Host)
+    }
+}
+
 type Writer = Box<dyn Write + Send>;
 type OnOpen = Box<dyn Fn(UnixStream) + Send>;
 
@@ -172,6 +197,7 @@ struct Inner {
     writer: Mutex<Writer>,
     streams: Mutex<HashMap<u32, Arc<Stream>>>,
     next_id: AtomicU32,
+    side: Side,
     closed: AtomicBool,
 }
 
@@ -217,10 +243,11 @@ impl Closed {
 }
 
 impl Mux {
-    /// Starts the mux on a port split into `reader` and `writer`. `on_open` (the guest's
-    /// side) receives the local end of every stream the peer opens; without it, `Open`
-    /// frames are answered with `Reset`.
+    /// Starts `side`'s mux on a port split into `reader` and `writer`. `on_open` receives
+    /// the local end of every stream the peer opens; without it, `Open` frames are answered
+    /// with `Reset`.
     pub fn start(
+        side: Side,
         reader: Box<dyn Read + Send>,
         writer: Writer,
         on_open: Option<OnOpen>,
@@ -228,7 +255,8 @@ impl Mux {
         let inner = Arc::new(Inner {
             writer: Mutex::new(writer),
             streams: Mutex::new(HashMap::new()),
-            next_id: AtomicU32::new(1),
+            next_id: AtomicU32::new(side.first_id()),
+            side,
             closed: AtomicBool::new(false),
         });
         let for_reader = Arc::clone(&inner);
@@ -238,7 +266,7 @@ impl Mux {
 
     /// Opens a new stream to the peer and returns its local end.
     pub fn open(&self) -> io::Result<UnixStream> {
-        let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
+        let id = self.inner.next_id.fetch_add(2, Ordering::Relaxed);
         let (ours, theirs) = UnixStream::pair()?;
         let stream = register(&self.inner, id, ours)?;
         if let Err(err) = self.inner.send(id, Kind::Open, &[]) {
@@ -253,6 +281,21 @@ impl Mux {
     /// Streams currently open (for tests and `status`).
     pub fn open_streams(&self) -> usize {
         lock(&self.inner.streams).len()
+    }
+}
+
+/// Copies bytes both ways between two connected streams until each direction ends, passing
+/// each half close on.
+pub fn bridge(a: UnixStream, b: UnixStream) {
+    let pairs = match (a.try_clone(), b.try_clone()) {
+        (Ok(a2), Ok(b2)) => [(a, b2), (b, a2)],
+        _ => return,
+    };
+    for (mut from, mut to) in pairs {
+        thread::spawn(move || {
+            let _ = io::copy(&mut from, &mut to);
+            let _ = to.shutdown(Shutdown::Write);
+        });
     }
 }
 
@@ -303,6 +346,9 @@ fn dispatch(inner: &Arc<Inner>, frame: Frame, on_open: Option<&(dyn Fn(UnixStrea
     let id = frame.stream;
     let stream = lock(&inner.streams).get(&id).cloned();
     match (frame.kind, stream) {
+        (Kind::Open, None) if !inner.side.peer_may_open(id) => {
+            let _ = inner.send(id, Kind::Reset, &[]);
+        }
         (Kind::Open, None) => match on_open {
             Some(on_open) => match UnixStream::pair().and_then(|(ours, theirs)| {
                 let stream = register(inner, id, ours)?;

@@ -5,8 +5,14 @@ use std::time::Duration;
 /// every stream (or hands it to `guest`).
 fn pair(guest: impl Fn(UnixStream) + Send + 'static) -> (Mux, Mux, Closed, Closed) {
     let (h, g) = UnixStream::pair().unwrap();
-    let (host, host_closed) = Mux::start(Box::new(h.try_clone().unwrap()), Box::new(h), None);
+    let (host, host_closed) = Mux::start(
+        Side::Host,
+        Box::new(h.try_clone().unwrap()),
+        Box::new(h),
+        None,
+    );
     let (guest_mux, guest_closed) = Mux::start(
+        Side::Guest,
         Box::new(g.try_clone().unwrap()),
         Box::new(g),
         Some(Box::new(guest)),
@@ -118,7 +124,12 @@ fn a_stream_nobody_reads_does_not_block_the_others() {
 #[test]
 fn a_peer_sending_beyond_its_window_gets_the_stream_reset() {
     let (h, mut g) = UnixStream::pair().unwrap();
-    let (host, _closed) = Mux::start(Box::new(h.try_clone().unwrap()), Box::new(h), None);
+    let (host, _closed) = Mux::start(
+        Side::Host,
+        Box::new(h.try_clone().unwrap()),
+        Box::new(h),
+        None,
+    );
     let mut s = host.open().unwrap();
     // Act as a hostile guest: read the Open, then flood data without waiting for credit.
     let open = read_frame(&mut g, 0).unwrap().unwrap();
@@ -150,7 +161,12 @@ fn a_peer_sending_beyond_its_window_gets_the_stream_reset() {
 #[test]
 fn the_port_closing_ends_every_stream() {
     let (h, g) = UnixStream::pair().unwrap();
-    let (host, closed) = Mux::start(Box::new(h.try_clone().unwrap()), Box::new(h), None);
+    let (host, closed) = Mux::start(
+        Side::Host,
+        Box::new(h.try_clone().unwrap()),
+        Box::new(h),
+        None,
+    );
     let mut s = host.open().unwrap();
     drop(g);
     closed.wait();
@@ -173,4 +189,58 @@ fn an_oversized_or_unknown_frame_ends_the_port() {
         read_frame(&mut &unknown[..], 0).unwrap_err().kind(),
         io::ErrorKind::InvalidData
     );
+}
+
+#[test]
+fn the_guest_opens_streams_too_and_ids_never_collide() {
+    // The host echoes what the guest opens (the egress direction); the guest echoes the host's.
+    let (h, g) = UnixStream::pair().unwrap();
+    let (host, _a) = Mux::start(
+        Side::Host,
+        Box::new(h.try_clone().unwrap()),
+        Box::new(h),
+        Some(Box::new(echo)),
+    );
+    let (guest, _b) = Mux::start(
+        Side::Guest,
+        Box::new(g.try_clone().unwrap()),
+        Box::new(g),
+        Some(Box::new(echo)),
+    );
+    let round_trip = |mut s: UnixStream, text: &str| {
+        s.write_all(text.as_bytes()).unwrap();
+        s.shutdown(Shutdown::Write).unwrap();
+        let mut back = String::new();
+        s.read_to_string(&mut back).unwrap();
+        assert_eq!(back, text);
+    };
+    let streams: Vec<(UnixStream, String)> = (0..4)
+        .flat_map(|i| {
+            [
+                (host.open().unwrap(), format!("host {i}")),
+                (guest.open().unwrap(), format!("guest {i}")),
+            ]
+        })
+        .collect();
+    for (s, text) in streams {
+        round_trip(s, &text);
+    }
+}
+
+#[test]
+fn an_open_with_the_openers_own_parity_is_refused() {
+    // A guest claiming an odd (host) id must not be able to shadow a host stream.
+    let (h, mut g) = UnixStream::pair().unwrap();
+    let opened = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&opened);
+    let (_host, _closed) = Mux::start(
+        Side::Host,
+        Box::new(h.try_clone().unwrap()),
+        Box::new(h),
+        Some(Box::new(move |_| flag.store(true, Ordering::SeqCst))),
+    );
+    write_frame(&mut g, 7, Kind::Open, &[]).unwrap();
+    let reply = read_frame(&mut g, 0).unwrap().unwrap();
+    assert_eq!((reply.stream, reply.kind), (7, Kind::Reset));
+    assert!(!opened.load(Ordering::SeqCst));
 }

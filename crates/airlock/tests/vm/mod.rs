@@ -4,6 +4,7 @@
 //! virtio-serial port. Each test boots one VM (a few seconds under TCG).
 
 mod boot;
+mod egress;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -50,6 +51,16 @@ pub struct Booted {
 /// Boots a VM with `shares` (host path, writable) mounted at the same paths, running
 /// commands as `user`. `None` when qemu or the kernel is missing (outside CI).
 pub fn boot(shares: &[(PathBuf, bool)], user: GuestUser) -> Option<Booted> {
+    boot_with(shares, user, None)
+}
+
+/// [`boot`] with the guest's egress relay on port 3128 reaching `egress` (a Unix socket
+/// standing in for the sandbox's proxy).
+pub fn boot_with(
+    shares: &[(PathBuf, bool)],
+    user: GuestUser,
+    egress: Option<PathBuf>,
+) -> Option<Booted> {
     if !airlock_testkit::needs_tool(QEMU) {
         return None;
     }
@@ -85,6 +96,7 @@ pub fn boot(shares: &[(PathBuf, bool)], user: GuestUser) -> Option<Booted> {
         cpus: 1,
         dir: dir.path().to_path_buf(),
         shares: host_shares,
+        egress_socket: egress.clone(),
     };
     let key = Key::generate().unwrap();
     let config = GuestConfig {
@@ -96,6 +108,7 @@ pub fn boot(shares: &[(PathBuf, bool)], user: GuestUser) -> Option<Booted> {
         root_allowed: true,
         usr_tag: "usr".into(),
         shares: guest_shares,
+        egress_port: egress.map(|_| 3128),
     };
     let started = Instant::now();
     let machine = Machine::boot(&spec, &config, Instant::now() + Duration::from_secs(60))

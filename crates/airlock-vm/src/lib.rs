@@ -7,6 +7,7 @@
 
 pub mod boot;
 pub mod cpio;
+pub mod doctor;
 pub mod guest;
 pub mod initramfs;
 pub mod kernel;

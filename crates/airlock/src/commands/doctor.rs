@@ -1,6 +1,7 @@
 //! `airlock doctor`: what this host offers the `linux` backend (PRODUCT §2, issue 2 item 11).
 //!
-//! The probes live in `airlock_linux::doctor` (they run in forked children and change nothing);
+//! The probes live in `airlock_linux::doctor` (they run in forked children and change nothing)
+//! and, for the `vm` backend's optional lines, `airlock_vm::doctor` (reads only);
 //! this verb renders one line per check — status, what was found, and the exact fix for what
 //! is missing — and exits 0 when every required check passes, 69 otherwise.
 
@@ -15,8 +16,17 @@ use crate::output::{Doc, Style};
 #[derive(Args, Debug)]
 pub struct DoctorArgs {}
 
-pub fn run(_args: DoctorArgs, _ctx: &Context) -> Result<Report, HostError> {
-    Ok(report(probe_host()))
+pub fn run(_args: DoctorArgs, ctx: &Context) -> Result<Report, HostError> {
+    let mut checks = probe_host();
+    let user = ctx
+        .var(airlock_config::env_vars::USER)
+        .map(|u| u.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "$USER".to_owned());
+    // Optional lines: a host whose roots cannot be resolved still gets the linux checks.
+    if let Ok(roots) = ctx.roots() {
+        checks.extend(airlock_vm::doctor::checks(&roots.cache, &user));
+    }
+    Ok(report(checks))
 }
 
 /// Renders checks and decides the outcome (separate from probing so it can be tested).

@@ -1,0 +1,185 @@
+//! `airlock doctor`'s lines for the `vm` backend: the accelerator (`/dev/kvm`, and why TCG
+//! would be used instead), the monitor (QEMU) and the guest kernel. None is required: the
+//! `linux` backend runs without them. Each probe only reads (no VM is booted).
+
+use std::path::Path;
+
+use airlock_linux::doctor::{Check, Status};
+
+use crate::kernel::Kernel;
+
+/// The monitor airlock starts.
+pub const QEMU: &str = "qemu-system-x86_64";
+
+/// What the host says about `/dev/kvm`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KvmDevice {
+    Absent,
+    /// Present, but this user cannot open it read-write.
+    NoAccess,
+    Usable,
+}
+
+/// The three vm checks for the invoking user (`cache` is airlock's cache root).
+pub fn checks(cache: &Path, user: &str) -> Vec<Check> {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    vec![
+        kvm_check(kvm_device(), &cpuinfo, user),
+        monitor_check(find_on_path(QEMU).as_deref()),
+        kernel_check(Kernel::find(&cache.join("vm-kernel"))),
+    ]
+}
+
+fn kvm_device() -> KvmDevice {
+    use rustix::fs::Access;
+    if !Path::new("/dev/kvm").exists() {
+        return KvmDevice::Absent;
+    }
+    match rustix::fs::access("/dev/kvm", Access::READ_OK | Access::WRITE_OK) {
+        Ok(()) => KvmDevice::Usable,
+        Err(_) => KvmDevice::NoAccess,
+    }
+}
+
+/// Whether the CPU advertises hardware virtualization (Intel VT-x `vmx`, AMD-V `svm`).
+fn hardware_virtualization(cpuinfo: &str) -> bool {
+    cpuinfo
+        .lines()
+        .filter(|l| l.starts_with("flags"))
+        .any(|l| l.split_whitespace().any(|f| f == "vmx" || f == "svm"))
+}
+
+/// `/dev/kvm`: usable for a stock kernel only with hardware virtualization behind it.
+pub fn kvm_check(device: KvmDevice, cpuinfo: &str, user: &str) -> Check {
+    const ID: &str = "vm_kvm";
+    const TITLE: &str = "vm backend: KVM accelerator";
+    let tcg = "the vm backend would run under TCG (emulation: correct, but many times slower)";
+    let (status, detail, fix) = match device {
+        KvmDevice::Absent => (
+            Status::Warning,
+            format!("/dev/kvm does not exist; {tcg}"),
+            Some("load the kvm module (modprobe kvm_intel or kvm_amd) on a host with hardware virtualization".to_owned()),
+        ),
+        KvmDevice::NoAccess => (
+            Status::Warning,
+            format!("/dev/kvm exists but {user} cannot open it read-write; {tcg}"),
+            Some(format!("sudo usermod -aG kvm {user} (then log in again)")),
+        ),
+        KvmDevice::Usable if !hardware_virtualization(cpuinfo) => (
+            Status::Warning,
+            format!(
+                "/dev/kvm is usable but the CPU shows neither vmx nor svm (nested or paravirtualized KVM, which may not boot a stock kernel); {tcg}"
+            ),
+            Some("run on a host (or a VM with nested virtualization) whose CPU shows vmx or svm".to_owned()),
+        ),
+        KvmDevice::Usable => (
+            Status::Ok,
+            "/dev/kvm is usable and the CPU has hardware virtualization".to_owned(),
+            None,
+        ),
+    };
+    Check {
+        id: ID,
+        title: TITLE,
+        status,
+        required: false,
+        detail,
+        fix,
+    }
+}
+
+/// QEMU on `PATH`.
+pub fn monitor_check(qemu: Option<&Path>) -> Check {
+    let (status, detail, fix) = match qemu {
+        Some(path) => (Status::Ok, format!("{}", path.display()), None),
+        None => (
+            Status::Warning,
+            format!("{QEMU} is not on PATH"),
+            Some("sudo apt-get install qemu-system-x86".to_owned()),
+        ),
+    };
+    Check {
+        id: "vm_monitor",
+        title: "vm backend: monitor (QEMU microvm)",
+        status,
+        required: false,
+        detail,
+        fix,
+    }
+}
+
+/// The guest kernel in the cache.
+pub fn kernel_check(found: Result<Kernel, crate::kernel::KernelError>) -> Check {
+    let (status, detail, fix) = match found {
+        Ok(k) => (
+            Status::Ok,
+            format!("{} ({})", k.release, k.root.display()),
+            None,
+        ),
+        Err(err) => (
+            Status::Warning,
+            err.to_string(),
+            Some("scripts/fetch-vm-kernel (in airlock's source tree)".to_owned()),
+        ),
+    };
+    Check {
+        id: "vm_kernel",
+        title: "vm backend: guest kernel",
+        status,
+        required: false,
+        detail,
+        fix,
+    }
+}
+
+fn find_on_path(tool: &str) -> Option<std::path::PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(tool))
+        .find(|p| p.is_file())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NESTED_PVM: &str = "processor\t: 0\nflags\t\t: fpu vme de pse tsc msr pae hypervisor\n";
+    const VTX: &str = "processor\t: 0\nflags\t\t: fpu vme vmx tsc\n";
+
+    #[test]
+    fn kvm_without_vmx_or_svm_is_a_warning_that_says_tcg_would_be_used() {
+        let c = kvm_check(KvmDevice::Usable, NESTED_PVM, "dev");
+        assert_eq!(c.status, Status::Warning);
+        assert!(c.detail.contains("TCG"), "{}", c.detail);
+        assert!(!c.required);
+        assert!(c.fix.is_some());
+    }
+
+    #[test]
+    fn kvm_with_hardware_virtualization_is_ok() {
+        let c = kvm_check(KvmDevice::Usable, VTX, "dev");
+        assert_eq!(c.status, Status::Ok);
+        assert!(c.fix.is_none());
+    }
+
+    #[test]
+    fn a_root_only_dev_kvm_names_the_group_the_invoker_needs() {
+        let c = kvm_check(KvmDevice::NoAccess, VTX, "alice");
+        assert_eq!(c.status, Status::Warning);
+        assert_eq!(
+            c.fix.as_deref(),
+            Some("sudo usermod -aG kvm alice (then log in again)")
+        );
+    }
+
+    #[test]
+    fn a_missing_monitor_or_kernel_says_how_to_get_it() {
+        let m = monitor_check(None);
+        assert_eq!(m.status, Status::Warning);
+        assert!(m.fix.unwrap().contains("qemu-system-x86"));
+        let dir = tempfile::tempdir().unwrap();
+        let k = kernel_check(Kernel::find(dir.path()));
+        assert_eq!(k.status, Status::Warning);
+        assert!(k.fix.unwrap().contains("fetch-vm-kernel"));
+    }
+}

@@ -29,6 +29,10 @@ use std::thread;
 pub const MAX_PAYLOAD: usize = 64 * 1024;
 /// Bytes of one stream a sender may have unacknowledged.
 pub const WINDOW: u32 = 256 * 1024;
+/// Streams open at once; a peer's `Open` beyond it is refused with `Reset`. With the window,
+/// this bounds what a hostile guest can make the host hold: threads, sockets and at most
+/// `MAX_STREAMS × WINDOW` bytes of queued data.
+pub const MAX_STREAMS: usize = 512;
 
 /// Frame kinds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -319,6 +323,12 @@ fn register(inner: &Arc<Inner>, id: u32, local: UnixStream) -> io::Result<Arc<St
     let mut streams = lock(&inner.streams);
     if inner.closed.load(Ordering::Acquire) {
         return Err(io::ErrorKind::BrokenPipe.into());
+    }
+    if streams.len() >= MAX_STREAMS {
+        return Err(io::Error::new(
+            io::ErrorKind::OutOfMemory,
+            "too many mux streams",
+        ));
     }
     if streams.contains_key(&id) {
         return Err(io::Error::new(

@@ -244,3 +244,36 @@ fn an_open_with_the_openers_own_parity_is_refused() {
     assert_eq!((reply.stream, reply.kind), (7, Kind::Reset));
     assert!(!opened.load(Ordering::SeqCst));
 }
+
+#[test]
+fn a_peer_opening_streams_without_end_is_refused_past_the_limit() {
+    // A hostile guest opens streams and never closes them: the host keeps at most MAX_STREAMS.
+    let (h, mut g) = UnixStream::pair().unwrap();
+    let parked = Arc::new(Mutex::new(Vec::new()));
+    let keep = Arc::clone(&parked);
+    let (host, _closed) = Mux::start(
+        Side::Host,
+        Box::new(h.try_clone().unwrap()),
+        Box::new(h),
+        Some(Box::new(move |s| lock(&keep).push(s))),
+    );
+    let extra = 8;
+    for i in 0..(MAX_STREAMS + extra) as u32 {
+        write_frame(&mut g, 2 + 2 * i, Kind::Open, &[]).unwrap();
+    }
+    let mut resets = 0;
+    g.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    while resets < extra {
+        let f = read_frame(&mut g, 0).unwrap().unwrap();
+        if f.kind == Kind::Reset {
+            assert!(
+                f.stream >= 2 + 2 * MAX_STREAMS as u32,
+                "stream {} refused early",
+                f.stream
+            );
+            resets += 1;
+        }
+    }
+    assert_eq!(host.open_streams(), MAX_STREAMS);
+    assert_eq!(lock(&parked).len(), MAX_STREAMS);
+}

@@ -61,6 +61,11 @@ pub struct GuestConfig {
     pub usr_tag: String,
     /// Workspaces and mounts.
     pub shares: Vec<Share>,
+    /// Absolute guest paths inside writable shares that must stay read-only (`.git/hooks`,
+    /// `.airlock`, …): each one that exists is bound read-only over itself. This holds only
+    /// against processes without `CAP_SYS_ADMIN` in the guest, so a configuration with
+    /// `protect` must not also allow root (`root_allowed`): the guest refuses the pair.
+    pub protect: Vec<String>,
     /// The loopback port of the egress relay (the proxy's port, e.g. 3128), if the sandbox
     /// has egress: each connection to it becomes a stream the host hands to its proxy.
     pub egress_port: Option<u16>,

@@ -235,6 +235,7 @@ fn build_root(config: &GuestConfig) -> Result<(), VmGuestError> {
         mkdir_all(&target)?;
         mount_9p(&share.tag, &target, share.writable)?;
     }
+    protect(config, &at)?;
     switch_root(config)
 }
 
@@ -251,6 +252,36 @@ fn switch_root(config: &GuestConfig) -> Result<(), VmGuestError> {
     rustix::system::sethostname(config.hostname.as_bytes())
         .map_err(setup("sethostname", &config.hostname))?;
     airlock_linux::sys::net::set_interface_up("lo").map_err(setup("bring up", "lo"))?;
+    Ok(())
+}
+
+/// Binds each existing protected path read-only over itself. Guest root could undo such a
+/// mount, so protection and `--root` are refused together.
+fn protect(config: &GuestConfig, at: &dyn Fn(&str) -> String) -> Result<(), VmGuestError> {
+    if !config.protect.is_empty() && config.root_allowed {
+        return Err(VmGuestError::Boot(
+            "protected paths cannot hold against root in the VM: refusing root_allowed with protect"
+                .into(),
+        ));
+    }
+    for path in &config.protect {
+        let target = at(path);
+        // A link could point the bind anywhere: only a real file or directory is protected
+        // in place (a missing one stays missing; the host decides whether to create it).
+        match std::fs::symlink_metadata(&target) {
+            Ok(meta) if !meta.file_type().is_symlink() => {}
+            Ok(_) => {
+                return Err(VmGuestError::Boot(format!(
+                    "protected path {path} is a symbolic link"
+                )))
+            }
+            Err(_) => continue,
+        }
+        rustix::mount::mount_bind(target.as_str(), target.as_str()).map_err(setup("bind", path))?;
+        let flags = MountFlags::BIND | MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NODEV;
+        rustix::mount::mount_remount(target.as_str(), flags, "")
+            .map_err(setup("remount read-only", path))?;
+    }
     Ok(())
 }
 

@@ -135,3 +135,50 @@ fn vm_killing_the_monitor_ends_the_running_command_stream_instead_of_hanging() {
     );
     assert!(vm.machine.open().is_err(), "a stream opened to a dead VM");
 }
+
+#[test]
+fn vm_protected_paths_stay_read_only_and_root_is_refused_with_them() {
+    let ws = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(ws.path().join(".git/hooks")).unwrap();
+    let owner = std::fs::metadata(ws.path()).unwrap();
+    let hooks = ws.path().join(".git/hooks").display().to_string();
+    let Some(vm) = super::boot_with(
+        &[(ws.path().to_path_buf(), true)],
+        guest_user(owner.uid(), owner.gid()),
+        None,
+        vec![hooks.clone()],
+    ) else {
+        return;
+    };
+    let path = ws.path().display().to_string();
+    let (status, _, err) = exec(
+        &vm,
+        &["sh", "-c", "echo planted > .git/hooks/pre-commit"],
+        Some(&path),
+    );
+    assert_ne!(status, ExitStatus::Code(0), "a hook was planted");
+    assert!(err.contains("Read-only file system"), "{err}");
+    assert!(!ws.path().join(".git/hooks/pre-commit").exists());
+    // The rest of the workspace stays writable.
+    let (status, _, err) = exec(&vm, &["touch", "ok"], Some(&path));
+    assert_eq!(status, ExitStatus::Code(0), "stderr: {err}");
+    // Root could remount the hooks writable: it is not served.
+    let stream = vm.machine.open().unwrap();
+    let client = airlock_protocol::ExecClient::connect(stream, &vm.key).unwrap();
+    let request = airlock_protocol::ExecRequest {
+        argv: vec!["mount".into(), "-o".into(), "remount,rw".into(), hooks],
+        env: Default::default(),
+        cwd: None,
+        user: airlock_protocol::ExecUser::Root,
+        tty: None,
+    };
+    let result = client.run(&request, None, &mut Vec::new(), &mut Vec::new());
+    assert!(
+        matches!(&result, Err(airlock_protocol::ClientError::Remote(e)) if e.code == airlock_protocol::ErrorCode::RootNotAllowed),
+        "{result:?}"
+    );
+    assert!(
+        !vm.machine.shutdown(Duration::from_secs(20)),
+        "QEMU had to be killed"
+    );
+}

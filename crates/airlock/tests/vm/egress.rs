@@ -37,7 +37,7 @@ fn vm_egress_reaches_the_host_proxy_through_the_channel_and_there_is_no_network_
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("proxy.sock");
     let requests = stub_proxy(UnixListener::bind(&socket).unwrap());
-    let Some(vm) = boot_with(&[], guest_user(1000, 1000), Some(socket)) else {
+    let Some(vm) = boot_with(&[], guest_user(1000, 1000), Some(socket), Vec::new()) else {
         return;
     };
     let (status, out, err) = exec(

@@ -51,7 +51,7 @@ pub struct Booted {
 /// Boots a VM with `shares` (host path, writable) mounted at the same paths, running
 /// commands as `user`. `None` when qemu or the kernel is missing (outside CI).
 pub fn boot(shares: &[(PathBuf, bool)], user: GuestUser) -> Option<Booted> {
-    boot_with(shares, user, None)
+    boot_with(shares, user, None, Vec::new())
 }
 
 /// [`boot`] with the guest's egress relay on port 3128 reaching `egress` (a Unix socket
@@ -60,6 +60,7 @@ pub fn boot_with(
     shares: &[(PathBuf, bool)],
     user: GuestUser,
     egress: Option<PathBuf>,
+    protect: Vec<String>,
 ) -> Option<Booted> {
     if !airlock_testkit::needs_tool(QEMU) {
         return None;
@@ -105,7 +106,8 @@ pub fn boot_with(
         hostname: "airlock-vm-test".into(),
         user,
         env: vec![("PATH".into(), "/usr/local/bin:/usr/bin:/bin".into())],
-        root_allowed: true,
+        root_allowed: protect.is_empty(),
+        protect,
         usr_tag: "usr".into(),
         shares: guest_shares,
         egress_port: egress.map(|_| 3128),

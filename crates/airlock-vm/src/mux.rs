@@ -190,7 +190,7 @@ impl Side {
 
     /// Whether the peer of this side may open stream `id`.
     fn peer_may_open(self, id: u32) -> bool {
-        id != 0 && (id % 2 == 0) == (self == Side::Host)
+        id != 0 && id.is_multiple_of(2) == (self == Side::Host)
     }
 }
 

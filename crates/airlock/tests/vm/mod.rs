@@ -113,7 +113,7 @@ pub fn boot_with(
         egress_port: egress.map(|_| 3128),
     };
     let started = Instant::now();
-    let machine = Machine::boot(&spec, &config, Instant::now() + Duration::from_secs(60))
+    let machine = Machine::boot(&spec, &config, Instant::now() + Duration::from_secs(120))
         .unwrap_or_else(|e| panic!("the VM did not boot: {e}"));
     let boot_wall = started.elapsed();
     Some(Booted {

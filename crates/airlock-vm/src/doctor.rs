@@ -133,7 +133,7 @@ pub fn kernel_check(found: Result<Kernel, crate::kernel::KernelError>) -> Check 
 }
 
 fn find_on_path(tool: &str) -> Option<std::path::PathBuf> {
-    let path = std::env::var_os("PATH")?;
+    let path = std::env::var_os(airlock_env::PATH)?;
     std::env::split_paths(&path)
         .map(|d| d.join(tool))
         .find(|p| p.is_file())

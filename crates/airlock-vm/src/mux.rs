@@ -30,9 +30,10 @@ pub const MAX_PAYLOAD: usize = 64 * 1024;
 /// Bytes of one stream a sender may have unacknowledged.
 pub const WINDOW: u32 = 256 * 1024;
 /// Streams open at once; a peer's `Open` beyond it is refused with `Reset`. With the window,
-/// this bounds what a hostile guest can make the host hold: threads, sockets and at most
-/// `MAX_STREAMS × WINDOW` bytes of queued data.
-pub const MAX_STREAMS: usize = 512;
+/// this bounds what a hostile guest can make the host hold: threads, at most `MAX_STREAMS ×
+/// WINDOW` bytes of queued data, and descriptors (an egress stream holds about five on the
+/// host, so 128 stays well inside the usual limit of 1024 per process).
+pub const MAX_STREAMS: usize = 128;
 
 /// Frame kinds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

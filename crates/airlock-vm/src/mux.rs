@@ -163,6 +163,18 @@ struct Stream {
 }
 
 impl Stream {
+    /// The peer reset the stream: it reads and sends nothing more, but what it sent before
+    /// is still delivered (an error message followed by a close must not be lost to a reset
+    /// that a late write of ours provoked).
+    fn peer_reset(&self) {
+        lock(&self.outbound).reset = true;
+        self.credit_ready.notify_all();
+        lock(&self.inbound).eof = true;
+        self.inbound_ready.notify_all();
+        // Ends the outbound pump's read; the inbound pump drains, then shuts down writing.
+        let _ = self.local.shutdown(Shutdown::Read);
+    }
+
     fn reset(&self) {
         lock(&self.inbound).reset = true;
         self.inbound_ready.notify_all();
@@ -408,10 +420,7 @@ fn dispatch(inner: &Arc<Inner>, frame: Frame, on_open: Option<&(dyn Fn(UnixStrea
             drop(out);
             stream.credit_ready.notify_all();
         }
-        (Kind::Reset, Some(stream)) => {
-            stream.reset();
-            inner.forget(id);
-        }
+        (Kind::Reset, Some(stream)) => stream.peer_reset(),
         // An Open for a stream in use, or anything for a stream already gone: the peer's
         // late frames after a reset are expected and dropped.
         (Kind::Open, Some(_))

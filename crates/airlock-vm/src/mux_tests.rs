@@ -277,3 +277,24 @@ fn a_peer_opening_streams_without_end_is_refused_past_the_limit() {
     assert_eq!(host.open_streams(), MAX_STREAMS);
     assert_eq!(lock(&parked).len(), MAX_STREAMS);
 }
+
+#[test]
+fn data_sent_before_a_reset_is_still_delivered() {
+    // The guest answers with an error and resets (its reader is gone): the host's reader must
+    // still get the answer, not just the end of the stream.
+    let (h, mut g) = UnixStream::pair().unwrap();
+    let (host, _closed) = Mux::start(
+        Side::Host,
+        Box::new(h.try_clone().unwrap()),
+        Box::new(h),
+        None,
+    );
+    let mut s = host.open().unwrap();
+    let open = read_frame(&mut g, 0).unwrap().unwrap();
+    write_frame(&mut g, open.stream, Kind::Data, b"the answer").unwrap();
+    write_frame(&mut g, open.stream, Kind::Reset, &[]).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut got = Vec::new();
+    s.read_to_end(&mut got).unwrap();
+    assert_eq!(got, b"the answer");
+}

@@ -409,6 +409,7 @@ fn options(config: &GuestConfig) -> Result<GuestOptions, VmGuestError> {
         withhold_setfcap: false,
         oom_score_adj: None,
         seccomp: Some(filter.clone()),
+        mount_ns: None,
     };
     let root = Confinement {
         drop_capabilities: false,
@@ -416,6 +417,7 @@ fn options(config: &GuestConfig) -> Result<GuestOptions, VmGuestError> {
         withhold_setfcap: true,
         oom_score_adj: None,
         seccomp: Some(filter),
+        mount_ns: None,
     };
     Ok(GuestOptions {
         key,

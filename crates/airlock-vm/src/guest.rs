@@ -466,6 +466,9 @@ fn serve(port: File, mut options: GuestOptions, egress_port: Option<u16>) {
             Ok(()) => options.relays.push(airlock_guest::Relay {
                 port,
                 socket: EGRESS_SOCKET.into(),
+                // A descriptor cannot cross the VM boundary: the relay copies bytes over the
+                // channel to the host proxy.
+                handoff: false,
             }),
             Err(err) => eprintln!("airlock vm guest: no egress: {err}"),
         }

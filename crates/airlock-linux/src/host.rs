@@ -11,7 +11,7 @@
 //!    close-on-exec; spawn `airlock __init` with exactly those three at fixed numbers and an empty
 //!    environment (nothing of the host environment reaches the guest implicitly).
 //! 4. Send the bootstrap message (spec and key) through the pipe, then run the handshake:
-//!    `unshared` → write the id maps and join the cgroup → `mapped` (for a root invoker with its
+//!    `unshared` → write the id maps → `mapped` (for a root invoker with its
 //!    id-mapped mounts, `idmounts.rs`) → `pid1 N` → `ready`.
 //!    Any failure kills the init stage and removes everything created above; each step may take
 //!    at most [`START_TIMEOUT`].
@@ -107,8 +107,6 @@ pub struct StartTimings {
     pub namespaces: Duration,
     /// Writing the id maps.
     pub maps: Duration,
-    /// The join hook (moving the init stage into the sandbox's cgroup).
-    pub join: Duration,
     /// Preparing the id-mapped mounts (root invokers only).
     pub idmounts: Duration,
     /// Waiting for the scan of `/etc` and `/opt` for what others may not read (root invokers
@@ -136,16 +134,17 @@ pub struct Sandbox {
     pub timings: StartTimings,
 }
 
-/// Hook run between `unshared` and `mapped`: joins the sandbox's cgroup, for example. It gets the
-/// host pid of the init stage (PID 1 will be its child and inherit the cgroup).
-pub type JoinHook<'a> = &'a mut dyn FnMut(u32) -> Result<(), crate::cgroup::CgroupError>;
+/// The sandbox's cgroup, joined by the init stage itself between its fork and its exec (see
+/// [`crate::cgroup::JoinFds`]): PID 1 is its child and inherits it, and no start waits on the
+/// kernel's threadgroup lock. `None`: no cgroup (limits skipped).
+pub type CgroupJoin<'a> = Option<&'a crate::cgroup::JoinFds>;
 
 impl Sandbox {
     /// Starts a sandbox (see the module docs for the sequence).
     pub fn start(
         spec: &SandboxSpec,
         opts: &StartOptions,
-        join: JoinHook<'_>,
+        join: CgroupJoin<'_>,
     ) -> Result<Sandbox, StartError> {
         let t0 = Instant::now();
         let host = HostIds::probe(spec.user.uid, spec.user.gid, &spec.user.name);
@@ -191,7 +190,7 @@ impl Sandbox {
     fn spawn_and_handshake(
         spec: &SandboxSpec,
         opts: &StartOptions,
-        join: JoinHook<'_>,
+        join: CgroupJoin<'_>,
         dir: PathBuf,
         (ids, scan): (IdPlan, Option<ScanThread>),
         t0: Instant,
@@ -226,6 +225,10 @@ impl Sandbox {
             .stdout(Stdio::null())
             .stderr(Stdio::inherit());
         let sync_guest = OwnedFd::from(sync_guest);
+        // The join first: placing the protocol descriptors may reuse the join files' numbers.
+        if let Some(join) = join {
+            crate::sys::fd::join_before_exec(&mut cmd, join.raw());
+        }
         place_fds(
             &mut cmd,
             &[
@@ -234,6 +237,7 @@ impl Sandbox {
                 (&control_guest, CONTROL_FD),
             ],
         );
+        // A failed join (the child's write to a join file) fails the spawn itself.
         let child = cmd.spawn().map_err(|source| StartError::Spawn {
             exe: opts.exe.clone(),
             source,
@@ -262,7 +266,7 @@ impl Sandbox {
             root_mapped: sandbox.ids.root_unavailable.is_none(),
         };
         sandbox.timings.prepare = t0.elapsed();
-        sandbox.handshake(&boot, boot_w, sync_host, join, opts.root_view)?;
+        sandbox.handshake(&boot, boot_w, sync_host, opts.root_view)?;
         Ok(sandbox)
     }
 
@@ -271,7 +275,6 @@ impl Sandbox {
         boot: &Bootstrap,
         boot_w: OwnedFd,
         sync_host: UnixStream,
-        join: JoinHook<'_>,
         root_view: bool,
     ) -> Result<(), StartError> {
         let init_err = |source| StartError::Init { source };
@@ -299,9 +302,6 @@ impl Sandbox {
         t = Instant::now();
         idmap::write_maps(self.init.id(), &self.ids)?;
         self.timings.maps = t.elapsed();
-        t = Instant::now();
-        join(self.init.id()).map_err(StartError::Limits)?;
-        self.timings.join = t.elapsed();
         t = Instant::now();
         // Kept until `ready`: dropping it reaps a helper child, which has exited by then.
         let mut prepared = None;

@@ -36,7 +36,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use airlock_linux::host::{Sandbox, StartOptions};
+use airlock_linux::host::{Sandbox, StartError, StartOptions};
 use airlock_protocol::{ExecRequest, Key};
 use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
@@ -173,7 +173,11 @@ fn start(state_dir: &Path) -> Result<Started, KeeperReport> {
         // `exec --root` can reach a persistent sandbox at any time.
         root_view: true,
     };
-    let sandbox = match Sandbox::start(&req.spec, &opts, &mut |pid| cgroup.join(pid)) {
+    let started = cgroup
+        .join_fds()
+        .map_err(StartError::Limits)
+        .and_then(|join| Sandbox::start(&req.spec, &opts, join.as_ref()));
+    let sandbox = match started {
         Ok(s) => s,
         Err(e) => {
             cgroup.destroy();

@@ -1,5 +1,5 @@
 //! The sandbox's cgroup for `run` (PRODUCT I8): created before the sandbox, joined by the init
-//! stage before PID 1 exists, removed after it (and by the janitor if airlock is killed).
+//! stage between its fork and its exec, before PID 1 exists, removed after it (and by the janitor if airlock is killed).
 //!
 //! Rule (issue 3): where this user may not create cgroups, *default* limits are skipped with a
 //! warning naming `airlock doctor`; a limit set explicitly (config or flag) refuses the run.
@@ -68,7 +68,20 @@ impl RunCgroup {
         })
     }
 
-    /// Moves the init stage (host pid) into the cgroup; PID 1 and every sandbox process inherit it.
+    /// The files through which a child joins the cgroup before its exec (the init stage, the
+    /// proxy child); `None` without a cgroup. See `airlock_linux::cgroup::JoinFds`.
+    pub fn join_fds(
+        &self,
+    ) -> Result<Option<airlock_linux::cgroup::JoinFds>, airlock_linux::cgroup::CgroupError> {
+        self.cgroup
+            .as_ref()
+            .map(|(cg, _)| cg.join_fds())
+            .transpose()
+    }
+
+    /// Moves a running process (host pid) into the cgroup. Waits for an RCU grace period on
+    /// hosts without `favordynmods`: a child about to exec joins through
+    /// [`RunCgroup::join_fds`] instead.
     pub fn join(&self, pid: u32) -> Result<(), airlock_linux::cgroup::CgroupError> {
         match &self.cgroup {
             Some((cg, _)) => cg.add_pid(pid),

@@ -17,7 +17,9 @@
 //! 2. [`Cgroup::spawn_janitor`]: a `setsid` child holding the read end of a pipe; when airlock
 //!    exits for any reason (including SIGKILL) the pipe reaches EOF and the janitor kills what
 //!    is left in the cgroup, waits until it is empty (bounded) and removes it.
-//! 3. [`Cgroup::add_pid`] for the sandbox's first process, before it runs sandbox code.
+//! 3. The sandbox's first process joins before it runs sandbox code: the parent opens the
+//!    join files ([`Cgroup::join_fds`]) and the forked child writes `0` to them before its exec
+//!    ([`crate::sys::fd::join_before_exec`]), so no start waits on the kernel's threadgroup lock.
 //! 4. [`Cgroup::destroy`]: kill (`cgroup.kill` on v2, pidfd-checked `SIGKILL` loop on v1),
 //!    wait for `cgroup.procs` to empty, `rmdir`, all within a deadline.
 //!
@@ -26,6 +28,7 @@ pub mod detect;
 mod files;
 mod sweep;
 
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -185,6 +188,40 @@ pub fn hierarchies(layout: &Layout) -> Option<Vec<Hierarchy>> {
     Some(out)
 }
 
+/// Open descriptors of the files through which a freshly forked, single-threaded child moves
+/// itself into a sandbox's cgroup before its `execve` (see [`crate::sys::fd::join_before_exec`]):
+/// v1 `tasks`, v2 `cgroup.procs`, one per hierarchy, opened here by the parent (the kernel checks
+/// the opener's credentials).
+///
+/// Why the child and `tasks`: a parent writing the child's pid to `cgroup.procs` takes the
+/// kernel's global threadgroup lock, whose write side waits for an RCU grace period (0.03 ms to
+/// 12 ms, measured) unless the hierarchy is mounted with `favordynmods`; a thread writing `0`
+/// to a v1 `tasks` file moves only itself and skips that lock. On v2, `cgroup.procs` is the
+/// only file a domain cgroup accepts, so there the wait remains without `favordynmods` (see
+/// `airlock doctor`).
+#[derive(Debug)]
+pub struct JoinFds {
+    fds: Vec<OwnedFd>,
+    paths: Vec<PathBuf>,
+}
+
+impl JoinFds {
+    /// The raw descriptors, for the pre-exec hook (valid while `self` lives).
+    pub fn raw(&self) -> Vec<RawFd> {
+        self.fds.iter().map(|f| f.as_raw_fd()).collect()
+    }
+
+    /// The files, for error messages (same order as [`JoinFds::raw`]).
+    pub fn paths(&self) -> &[PathBuf] {
+        &self.paths
+    }
+}
+
+/// The file a thread writes `0` to, to join the cgroup `dir` of `h` (see [`JoinFds`]).
+pub fn join_file(h: &Hierarchy, dir: &Path) -> PathBuf {
+    dir.join(if h.v2 { "cgroup.procs" } else { "tasks" })
+}
+
 /// Checks a sandbox cgroup name: 1-64 of `[A-Za-z0-9._-]`, not starting with `.`.
 pub fn validate_name(name: &str) -> Result<(), CgroupError> {
     let ok = !name.is_empty()
@@ -280,7 +317,34 @@ impl Cgroup {
         &self.name
     }
 
-    /// Moves `pid` (and, on v2 and v1 alike, its future children) into the cgroup.
+    /// Opens the files through which a child joins this cgroup before its exec (see
+    /// [`JoinFds`]); the child's hook is [`crate::sys::fd::join_before_exec`].
+    pub fn join_fds(&self) -> Result<JoinFds, CgroupError> {
+        let mut out = JoinFds {
+            fds: Vec::new(),
+            paths: Vec::new(),
+        };
+        for (h, dir) in self.hierarchies.iter().zip(&self.dirs) {
+            let path = join_file(h, dir);
+            let fd = rustix::fs::open(
+                &path,
+                rustix::fs::OFlags::WRONLY | rustix::fs::OFlags::CLOEXEC,
+                rustix::fs::Mode::empty(),
+            )
+            .map_err(|e| CgroupError::Write {
+                path: path.clone(),
+                value: "0".to_owned(),
+                source: e.into(),
+            })?;
+            out.fds.push(fd);
+            out.paths.push(path);
+        }
+        Ok(out)
+    }
+
+    /// Moves `pid` (and, on v2 and v1 alike, its future children) into the cgroup. Slow
+    /// without `favordynmods` (an RCU grace period): a child about to exec joins through
+    /// [`Cgroup::join_fds`] instead.
     pub fn add_pid(&self, pid: u32) -> Result<(), CgroupError> {
         for dir in &self.dirs {
             files::write_control(&dir.join("cgroup.procs"), &pid.to_string())?;

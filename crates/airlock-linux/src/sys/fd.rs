@@ -65,3 +65,27 @@ pub fn take_inherited(fd: RawFd) -> OwnedFd {
     // other owner of that number exists in this process.
     unsafe { OwnedFd::from_raw_fd(fd) }
 }
+
+/// Makes `cmd`'s child move itself into a cgroup before its `execve`, by writing `0` to each of
+/// `fds` (the cgroup's join files, opened by the parent: see `cgroup::JoinFds`). The child is
+/// single-threaded after the fork, so on v1 (`tasks`) the whole process moves without the
+/// kernel's threadgroup lock. A failed write fails the spawn with that error: the child never
+/// runs outside its cgroup. The descriptors must stay open until the spawn returns, and this
+/// hook must be registered before [`place_fds`], which may reuse their numbers in the child.
+pub fn join_before_exec(cmd: &mut Command, fds: Vec<RawFd>) {
+    // SAFETY: the closure runs in the forked child before execve and only calls the
+    // async-signal-safe write(2) on descriptors inherited from the parent.
+    unsafe {
+        cmd.pre_exec(move || {
+            for &fd in &fds {
+                match libc::write(fd, b"0".as_ptr().cast(), 1) {
+                    1 => {}
+                    rc if rc < 0 => return Err(std::io::Error::last_os_error()),
+                    // No allocation in the child: a short write is an I/O error.
+                    _ => return Err(std::io::Error::from_raw_os_error(libc::EIO)),
+                }
+            }
+            Ok(())
+        });
+    }
+}

@@ -40,7 +40,8 @@ pub fn dispatch(args: &[OsString]) -> Option<i32> {
         return Some(airlock_image::helper::main());
     }
     // The egress proxy of one sandbox, supervised by its owner (crate::egress).
-    if verb == crate::wire::PROXY_VERB && args.len() == 3 {
+    // Arguments after the egress directory name listeners it inherited (egress::lazy).
+    if verb == crate::wire::PROXY_VERB && args.len() >= 3 {
         unblock_signals();
         return Some(crate::egress::child::main(args));
     }

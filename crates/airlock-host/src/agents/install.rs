@@ -218,8 +218,8 @@ fn run_installer(
     }];
     crate::egress::attach(&mut sandbox_spec, &eff.network, &roots.data)?;
     let mut phases = Phases::new(None);
-    let mut run = EphemeralRun::start(roots, None, &mut sandbox_spec, &mut phases, ignore)?;
-    let result = run.wait_ready().and_then(|()| {
+    let run = EphemeralRun::start(roots, None, &mut sandbox_spec, &mut phases, ignore)?;
+    let result = (|| {
         let control = run.sandbox().control().ok_or_else(|| {
             HostError::internal("agent.install", "the installer's control channel is closed")
         })?;
@@ -248,7 +248,7 @@ fn run_installer(
             tty: None,
         };
         exec_on(stream, &key, &request, Vec::new())
-    });
+    })();
     let _ = run.finish(&mut phases);
     let (code, output) = result?;
     if code != 0 {

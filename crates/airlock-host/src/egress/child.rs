@@ -6,7 +6,10 @@
 //!    protocol version is refused;
 //! 2. the child resolves the roots from it, loads the *current* network configuration and
 //!    secrets (so a restart comes back with what is in force now), binds `proxy.sock` and one
-//!    `port-N.sock` per `[[network.host_port]]`, and answers `ready` (or `error` and exits);
+//!    `port-N.sock` per `[[network.host_port]]`, and answers `ready` (or `error` and exits).
+//!    Sockets the owner bound already (socket activation, [`super::lazy`]) are not bound
+//!    again: they arrive as descriptors 3, 4, … ([`FIRST_LISTENER_FD`]), named in that order
+//!    by the arguments after the egress directory (`__proxy <dir> proxy.sock port-N.sock`);
 //! 3. each further stdin line `reload` reloads policy and secrets and answers `ok` or
 //!    `error` (the previous policy stays in force on error); when what only a start can
 //!    apply changed (`[network.hosts]`, `extra_ca`, host ports), it answers `ok` and exits, so
@@ -39,8 +42,15 @@ use super::{ca_dir, port_socket, PROXY_SOCKET};
 use crate::lifecycle::backend::with_socket_path;
 use crate::wire::{EgressStart, ProxyAnswer, PROXY_RELOAD};
 
-/// Entry point of the hidden verb; returns the exit status.
-pub fn main(_args: &[OsString]) -> i32 {
+/// The descriptor of the first listener the owner passes (see the module docs).
+pub const FIRST_LISTENER_FD: std::os::fd::RawFd = 3;
+
+/// Entry point of the hidden verb (`args`: the whole argv); returns the exit status.
+pub fn main(args: &[OsString]) -> i32 {
+    let inherited = match Inherited::take(args.get(3..).unwrap_or_default()) {
+        Ok(inherited) => inherited,
+        Err(e) => return answer_fatal(&format!("bad inherited listener: {e}")),
+    };
     let _ = rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL));
     // One thread: the proxy of one sandbox serves one agent's connections, tunnels splice in
     // the kernel, and a start spawns no worker threads (B3: every `run` pays this start).
@@ -51,11 +61,52 @@ pub fn main(_args: &[OsString]) -> i32 {
         Ok(rt) => rt,
         Err(e) => return answer_fatal(&format!("cannot start the proxy runtime: {e}")),
     };
-    runtime.block_on(run())
+    runtime.block_on(run(inherited))
+}
+
+/// Listeners the owner bound and passed (socket activation), by socket file name.
+struct Inherited(Vec<(String, std::os::unix::net::UnixListener)>);
+
+impl Inherited {
+    /// Claims descriptors 3, 4, … for `names` (each must be a listening Unix socket).
+    fn take(names: &[OsString]) -> std::io::Result<Inherited> {
+        let mut out = Vec::new();
+        for (name, fd) in names.iter().zip(FIRST_LISTENER_FD..) {
+            let name = name
+                .to_str()
+                .filter(|n| !n.contains('/') && n.ends_with(".sock"))
+                .ok_or_else(|| std::io::Error::other(format!("{name:?}")))?;
+            if out.iter().any(|(n, _)| n == name) {
+                return Err(std::io::Error::other(format!("{name} passed twice")));
+            }
+            // Claimed once per number, placed by the owner before exec (descriptors the
+            // owner did not place are close-on-exec, so the number is ours or closed).
+            let fd = airlock_linux::sys::fd::take_inherited(fd);
+            let listener = std::os::unix::net::UnixListener::from(fd);
+            listener.local_addr()?;
+            listener.set_nonblocking(true)?;
+            out.push((name.to_owned(), listener));
+        }
+        Ok(Inherited(out))
+    }
+
+    /// The listener for `name`: the inherited one, else a fresh socket bound in `dir`.
+    fn listener(&mut self, dir: &Path, name: &str) -> Result<UnixListener, ChildError> {
+        match self.0.iter().position(|(n, _)| n == name) {
+            Some(i) => {
+                let (_, l) = self.0.swap_remove(i);
+                UnixListener::from_std(l).map_err(|source| ChildError::Listen {
+                    path: dir.join(name),
+                    source,
+                })
+            }
+            None => bind(&dir.join(name)),
+        }
+    }
 }
 
 /// The protocol of the module docs, on the current-thread runtime.
-async fn run() -> i32 {
+async fn run(mut inherited: Inherited) -> i32 {
     let mut lines = match control_input() {
         Ok(input) => BufReader::new(input).lines(),
         Err(e) => return answer_fatal(&format!("stdin must be the owner's pipe: {e}")),
@@ -72,7 +123,7 @@ async fn run() -> i32 {
         Err(e) => return answer_fatal(&e.to_string()),
     };
     let fixed = loaded.fixed();
-    let handle = match serve(&start, loaded).await {
+    let handle = match serve(&start, loaded, &mut inherited).await {
         Ok(handle) => handle,
         Err(e) => return answer_fatal(&e.to_string()),
     };
@@ -200,8 +251,12 @@ impl Loaded {
 }
 
 /// Binds the sockets and starts the proxy and the connectors on the current runtime.
-async fn serve(start: &EgressStart, loaded: Loaded) -> Result<ProxyHandle, ChildError> {
-    let listener = bind(&start.dir.join(PROXY_SOCKET))?;
+async fn serve(
+    start: &EgressStart,
+    loaded: Loaded,
+    inherited: &mut Inherited,
+) -> Result<ProxyHandle, ChildError> {
+    let listener = inherited.listener(&start.dir, PROXY_SOCKET)?;
     let cfg = ProxyConfig::from_network(
         &loaded.network,
         loaded.bindings,
@@ -210,7 +265,7 @@ async fn serve(start: &EgressStart, loaded: Loaded) -> Result<ProxyHandle, Child
     );
     let handle = Proxy::start(cfg, ProxyListener::Unix(listener))?;
     for hp in &loaded.network.host_ports {
-        let listener = bind(&start.dir.join(port_socket(hp.port)))?;
+        let listener = inherited.listener(&start.dir, &port_socket(hp.port))?;
         tokio::spawn(connector(listener, hp.port));
     }
     Ok(handle)

@@ -20,6 +20,7 @@
 
 pub mod check;
 pub mod child;
+pub mod lazy;
 pub mod reload;
 pub mod supervisor;
 mod system_bundle;

@@ -72,7 +72,21 @@ impl ProxySupervisor {
     /// (lets the owner start the sandbox meanwhile: the guest reaches the socket only when a
     /// sandbox process connects).
     pub fn launch(start: EgressStart) -> Result<ProxySupervisor, SupervisorError> {
-        let (child, stdin, stdout) = spawn_child(&start)?;
+        ProxySupervisor::launch_inherited(start, &[], None)
+    }
+
+    /// [`launch`](Self::launch) for socket activation (`super::lazy`): the child receives
+    /// `listeners` (sockets the owner bound in the egress directory) as descriptors 3, 4, …
+    /// and their file names as its arguments after the directory, in the same order, and
+    /// serves them instead of binding its own; with `join`, it joins the sandbox's cgroup
+    /// before its exec. A child restarted by [`restart_if_dead`](Self::restart_if_dead) binds
+    /// its own sockets again.
+    pub fn launch_inherited(
+        start: EgressStart,
+        listeners: &[(String, std::os::fd::OwnedFd)],
+        join: Option<&airlock_linux::cgroup::JoinFds>,
+    ) -> Result<ProxySupervisor, SupervisorError> {
+        let (child, stdin, stdout) = spawn_child(&start, listeners, join)?;
         Ok(ProxySupervisor {
             start,
             child,
@@ -200,21 +214,37 @@ impl Drop for ProxySupervisor {
     }
 }
 
-fn spawn_child(start: &EgressStart) -> Result<(Child, ChildStdin, ChildStdout), SupervisorError> {
+fn spawn_child(
+    start: &EgressStart,
+    listeners: &[(String, std::os::fd::OwnedFd)],
+    join: Option<&airlock_linux::cgroup::JoinFds>,
+) -> Result<(Child, ChildStdin, ChildStdout), SupervisorError> {
     use std::os::unix::process::CommandExt;
     let io = |what| move |source| SupervisorError::Io { what, source };
     // Its own process group: a Ctrl+C meant for `run`'s command must not take the sandbox
     // offline. It ends with its owner (PDEATHSIG, stdin EOF) or when the owner kills it.
-    let mut child = Command::new(PathBuf::from("/proc/self/exe"))
-        .process_group(0)
+    let mut cmd = Command::new(PathBuf::from("/proc/self/exe"));
+    cmd.process_group(0)
         .arg(PROXY_VERB)
         .arg(&start.dir)
+        .args(listeners.iter().map(|(name, _)| name))
         .env_clear()
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .map_err(io("spawning"))?;
+        .stderr(Stdio::inherit());
+    let placed: Vec<(&std::os::fd::OwnedFd, std::os::fd::RawFd)> = listeners
+        .iter()
+        .zip(super::child::FIRST_LISTENER_FD..)
+        .map(|((_, fd), target)| (fd, target))
+        .collect();
+    // The join first: placing the listeners may reuse the numbers of the join files.
+    if let Some(join) = join {
+        airlock_linux::sys::fd::join_before_exec(&mut cmd, join.raw());
+    }
+    if !placed.is_empty() {
+        airlock_linux::sys::fd::place_fds(&mut cmd, &placed);
+    }
+    let mut child = cmd.spawn().map_err(io("spawning"))?;
     let mut stdin = child.stdin.take().expect("piped stdin");
     let stdout = child.stdout.take().expect("piped stdout");
     let mut line = serde_json::to_vec(start).map_err(|e| SupervisorError::Io {

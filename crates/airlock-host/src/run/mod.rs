@@ -2,13 +2,13 @@
 //! validates its command line, loads the configuration and builds the [`SandboxSpec`]
 //! ([`build_spec`], a plain value: the runtime makes no policy decisions), then:
 //!
-//! 1. [`EphemeralRun::start`]: the egress proxy, the limits (the sandbox's cgroup with its
-//!    janitor, so a SIGKILLed airlock leaves none; where the user may not create cgroups,
-//!    default limits are skipped with a warning naming `airlock doctor`, an explicit limit
-//!    refuses the run), then the sandbox; the init stage joins the cgroup before PID 1 exists
-//!    (the join hook), so every sandbox process is inside it.
-//! 2. [`EphemeralRun::wait_ready`]: the proxy serves; the verb then execs CMD through the
-//!    control channel of [`EphemeralRun::sandbox`].
+//! 1. [`EphemeralRun::start`]: the limits (the sandbox's cgroup with its janitor, so a
+//!    SIGKILLed airlock leaves none; where the user may not create cgroups, default limits are
+//!    skipped with a warning naming `airlock doctor`, an explicit limit refuses the run), the
+//!    egress sockets (the proxy child starts on the first connection, `egress::lazy`), then
+//!    the sandbox; the init stage joins the cgroup between its fork and
+//!    its exec, before PID 1 exists, so every sandbox process is inside it.
+//! 2. The verb execs CMD through the control channel of [`EphemeralRun::sandbox`].
 //! 3. [`EphemeralRun::finish`]: destroy the sandbox and its cgroup, stop the proxy.
 //!
 //! If airlock itself dies, the sandbox dies with it (PDEATHSIG chain, control socket EOF) and
@@ -63,25 +63,28 @@ impl EphemeralRun {
         // start (9.10: a connection flood from inside costs the sandbox, not the host).
         let mut cgroup = limits::prepare(spec, warn)?;
         phases.done("cgroup");
-        let egress = match start_egress(roots, project_root, spec, warn) {
+        let started = cgroup
+            .join_fds()
+            .map_err(|e| {
+                HostError::new(
+                    ErrorKind::BackendUnavailable,
+                    "backend.cgroup",
+                    format!("cannot open the sandbox's cgroup for the egress proxy: {e}"),
+                )
+            })
+            .and_then(|join| start_egress(roots, project_root, spec, join, warn));
+        let egress = match started {
             Ok(egress) => egress,
             Err(e) => {
                 cgroup.destroy();
                 return Err(e);
             }
         };
-        if let Some(pid) = egress.pid() {
-            if let Err(e) = cgroup.join(pid) {
-                cgroup.destroy();
-                return Err(HostError::new(
-                    ErrorKind::BackendUnavailable,
-                    "backend.cgroup",
-                    format!("cannot move the egress proxy into the sandbox's cgroup: {e}"),
-                ));
-            }
-        }
         phases.done("egress");
-        let started = Sandbox::start(spec, &opts, &mut |pid| cgroup.join(pid));
+        let started = cgroup
+            .join_fds()
+            .map_err(StartError::Limits)
+            .and_then(|join| Sandbox::start(spec, &opts, join.as_ref()));
         let sandbox = match started {
             Ok(s) => s,
             Err(e) => {
@@ -93,7 +96,6 @@ impl EphemeralRun {
         phases.add("spawn", t.prepare);
         phases.add("namespaces", t.namespaces);
         phases.add("maps", t.maps);
-        phases.add("cgroup-join", t.join);
         phases.add("idmounts", t.idmounts);
         phases.add("scan-unreadable", t.scan);
         phases.add("rootfs+pivot_root", t.rootfs);
@@ -122,11 +124,6 @@ impl EphemeralRun {
             .map_err(|e| HostError::internal("run.stream", e.to_string()))?;
         fault_hook(&stream);
         Ok(stream)
-    }
-
-    /// Waits until the proxy serves (it starts while the sandbox does).
-    pub fn wait_ready(&mut self) -> Result<(), HostError> {
-        self.egress.wait_ready()
     }
 
     /// `Some` when the OOM killer ended a process of the sandbox (or its proxy) so far.
@@ -162,30 +159,19 @@ impl EphemeralRun {
     }
 }
 
-/// The ephemeral sandbox's egress proxy (N1), stopped and its directory removed on drop; the
-/// run's state directory (its audit log) is retired after the proxy is gone.
+/// The ephemeral sandbox's egress proxy (N1), started on the first connection
+/// (`egress::lazy`), stopped and its directory removed on drop; the run's state directory
+/// (its audit log, created right before the proxy starts) is retired after the proxy is gone.
 struct RunEgress {
     dir: std::path::PathBuf,
-    proxy: Option<crate::egress::supervisor::ProxySupervisor>,
-    /// `<state>/runs/<id>` and `<state>/run-logs`, until retired.
+    proxy: Option<crate::egress::lazy::LazyProxy>,
+    /// `<state>/runs/<id>` and `<state>/run-logs`, until retired (the first exists only when
+    /// a proxy was started).
     state: Option<(PathBuf, PathBuf)>,
     warn: limits::Warn,
 }
 
 impl RunEgress {
-    /// Waits until the proxy serves (it starts while the sandbox does).
-    fn wait_ready(&mut self) -> Result<(), HostError> {
-        match self.proxy.as_mut() {
-            Some(proxy) => proxy.wait_ready().map_err(egress_error),
-            None => Ok(()),
-        }
-    }
-
-    /// The proxy child's host pid.
-    fn pid(&self) -> Option<u32> {
-        self.proxy.as_ref().map(|p| p.pid())
-    }
-
     /// Signals the proxy to end, without waiting (see [`RunEgress::stop`]).
     fn begin_stop(&mut self) {
         if let Some(proxy) = self.proxy.as_mut() {
@@ -204,11 +190,14 @@ impl RunEgress {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 
-    /// After the proxy is reaped (it wrote the audit log until then).
+    /// After the proxy is reaped (it wrote the audit log until then). A run whose command made
+    /// no request started no proxy and created no state directory.
     fn retire_state(&mut self) -> Result<(), HostError> {
         match self.state.take() {
-            Some((run_dir, logs)) => crate::lifecycle::runs::retire(&run_dir, &logs).map(drop),
-            None => Ok(()),
+            Some((run_dir, logs)) if run_dir.symlink_metadata().is_ok() => {
+                crate::lifecycle::runs::retire(&run_dir, &logs).map(drop)
+            }
+            Some(_) | None => Ok(()),
         }
     }
 }
@@ -229,16 +218,19 @@ impl Drop for RunEgress {
 
 /// Creates `<runtime>/egress/<id>/` (0700, with an `owner` marker: this process's pid and start
 /// time, so a run killed before its cleanup leaves a directory the next run's sweep proves stale
-/// and removes) and in it `relay/`, the egress directory bound into the sandbox; starts the
-/// proxy child. The audit log goes to `<state>/runs/<id>/audit.jsonl`, whose directory carries
-/// its own owner marker; the run retires it when it ends (see `lifecycle::runs`).
+/// and removes) and in it `relay/`, the egress directory bound into the sandbox, with the
+/// relays' sockets bound; the proxy child starts on the first connection, inside the sandbox's
+/// cgroup (`join`). The audit log goes to `<state>/runs/<id>/audit.jsonl`, whose directory is
+/// created (with its own owner marker) right before the proxy starts; the run retires it when
+/// it ends (see `lifecycle::runs`).
 fn start_egress(
     roots: &Roots,
     project_root: Option<PathBuf>,
     spec: &mut SandboxSpec,
+    join: Option<airlock_linux::cgroup::JoinFds>,
     warn: limits::Warn,
 ) -> Result<RunEgress, HostError> {
-    use crate::egress::{materialize, supervisor::ProxySupervisor};
+    use crate::egress::{lazy::LazyProxy, materialize};
     let base = roots.runtime.join("egress");
     ensure_root(roots, &base)?;
     airlock_linux::host::sweep_stale(&base);
@@ -264,15 +256,21 @@ fn start_egress(
     )?;
     materialize(&dir, roots, &image_root)?;
     let runs = crate::lifecycle::runs::runs_root(&roots.state);
-    ensure_root(roots, &runs)?;
     let logs = crate::lifecycle::runs::run_logs_root(&roots.state);
-    ensure_root(roots, &logs)?;
-    let run_dir = crate::lifecycle::runs::create_run_dir(&runs, &spec.id)?;
+    let run_dir = runs.join(&spec.id);
     let audit = run_dir.join(crate::paths::AUDIT_LOG_FILE);
-    guard.state = Some((run_dir, logs));
+    guard.state = Some((run_dir, logs.clone()));
+    let before: crate::egress::lazy::BeforeStart = {
+        let (roots, id) = (roots.clone(), spec.id.clone());
+        Box::new(move || {
+            ensure_root(&roots, &runs)?;
+            ensure_root(&roots, &logs)?;
+            crate::lifecycle::runs::create_run_dir(&runs, &id).map(drop)
+        })
+    };
     let start = crate::wire::egress_start(dir.clone(), project_root, audit);
-    let proxy = ProxySupervisor::launch(start).map_err(egress_error)?;
-    guard.proxy = Some(proxy);
+    let sockets = crate::egress::lazy::socket_names(spec);
+    guard.proxy = Some(LazyProxy::start(start, &sockets, join, before, warn)?);
     if let Some(e) = spec.egress.as_mut() {
         e.host_dir = dir;
     }

@@ -94,13 +94,12 @@ pub fn run(args: RunArgs, ctx: &Context) -> Result<Report, HostError> {
     std::process::exit(status)
 }
 
-/// Waits for the proxy, then streams CMD through the sandbox's control channel.
+/// Streams CMD through the sandbox's control channel (the proxy starts on the first request).
 fn exec_in(
     sandbox: &mut EphemeralRun,
     request: &ExecRequest,
     interactive: bool,
 ) -> Result<i32, HostError> {
-    sandbox.wait_ready()?;
     let stream = sandbox.open_stream()?;
     let key = Key::from_bytes(*sandbox.sandbox().key());
     run_stream(stream, &key, request, interactive).map_err(|e| untrusted(e.into()))

@@ -29,6 +29,7 @@ pub mod project;
 pub mod protect;
 pub mod raw;
 pub mod roots;
+pub mod runtime_root;
 pub mod sandbox_git;
 pub mod schema;
 pub mod templates;

@@ -1,13 +1,17 @@
 //! The directories airlock reads and writes, resolved from the environment.
 //!
 //! Invariants:
-//! - Resolution is pure: nothing is created, canonicalized or even looked at on disk.
+//! - Resolution is pure — nothing is created, canonicalized or even looked at on disk — except
+//!   for the runtime root when `XDG_RUNTIME_DIR` is unset (see below).
 //! - Every root is absolute. `HOME` must be set and absolute; XDG variables that are
 //!   unset, empty or relative are ignored, as the XDG Base Directory specification demands
 //!   ("If an implementation encounters a relative path in any of these variables it should
 //!   consider the path invalid and ignore it").
 //! - Each airlock root is the XDG base joined with `airlock`. The runtime root is
-//!   `$XDG_RUNTIME_DIR/airlock`, else `<state>/run` (never `/tmp`, which other users share).
+//!   `$XDG_RUNTIME_DIR/airlock`; when that variable is unset, `/dev/shm/airlock-<uid>/airlock`
+//!   when that tmpfs directory is this user's own (created 0700 and checked, see
+//!   [`crate::runtime_root`]), else `<state>/run` on disk (never `/tmp`, which other users
+//!   share). Sockets and small files only live there.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -43,15 +47,31 @@ pub struct Roots {
     pub data: PathBuf,
     /// `$XDG_CACHE_HOME/airlock`: package-manager caches mapped into sandboxes (P2).
     pub cache: PathBuf,
-    /// `$XDG_RUNTIME_DIR/airlock`, else `<state>/run`: sockets and other per-boot files.
+    /// `$XDG_RUNTIME_DIR/airlock`, else `/dev/shm/airlock-<uid>/airlock` when it is ours, else
+    /// `<state>/run`: sockets and other per-boot files.
     pub runtime: PathBuf,
 }
 
 const APP: &str = "airlock";
 
 impl Roots {
-    /// Resolves the roots from an environment lookup, e.g. `|k| std::env::var_os(k)`.
+    /// Resolves the roots from an environment lookup, e.g. `|k| std::env::var_os(k)`; without
+    /// `XDG_RUNTIME_DIR`, the runtime root goes to this user's tmpfs directory when it can
+    /// ([`crate::runtime_root::tmpfs_runtime_base`]).
     pub fn from_env(lookup: impl Fn(&str) -> Option<OsString>) -> Result<Roots, RootsError> {
+        Roots::from_env_with(lookup, || {
+            let uid = rustix::process::geteuid().as_raw();
+            let shm = Path::new(crate::runtime_root::SHM_DIR);
+            crate::runtime_root::tmpfs_runtime_base(shm, uid).ok()
+        })
+    }
+
+    /// [`Roots::from_env`] with the tmpfs runtime base given (`None`: none usable), asked only
+    /// when `XDG_RUNTIME_DIR` is unset. Pure when `tmpfs` is.
+    pub fn from_env_with(
+        lookup: impl Fn(&str) -> Option<OsString>,
+        tmpfs: impl FnOnce() -> Option<PathBuf>,
+    ) -> Result<Roots, RootsError> {
         let home = match lookup(env_vars::HOME) {
             None => return Err(RootsError::HomeUnset),
             Some(v) if v.is_empty() => return Err(RootsError::HomeUnset),
@@ -67,9 +87,10 @@ impl Roots {
         let state = base(env_vars::XDG_STATE_HOME, ".local/state").join(APP);
         let data = base(env_vars::XDG_DATA_HOME, ".local/share").join(APP);
         let cache = base(env_vars::XDG_CACHE_HOME, ".cache").join(APP);
-        let runtime = absolute_var(&lookup, env_vars::XDG_RUNTIME_DIR)
-            .map(|dir| dir.join(APP))
-            .unwrap_or_else(|| state.join("run"));
+        let runtime = match absolute_var(&lookup, env_vars::XDG_RUNTIME_DIR) {
+            Some(dir) => dir.join(APP),
+            None => tmpfs().map_or_else(|| state.join("run"), |base| base.join(APP)),
+        };
         Ok(Roots {
             home,
             config,
@@ -127,7 +148,7 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.to_string(), OsString::from(v)))
             .collect();
-        Roots::from_env(|k| map.get(k).cloned())
+        Roots::from_env_with(|k| map.get(k).cloned(), || None)
     }
 
     #[test]
@@ -150,6 +171,22 @@ mod tests {
             r.provision_script_path(),
             Path::new("/home/u/.config/airlock/provision.sh")
         );
+    }
+
+    #[test]
+    fn without_xdg_runtime_dir_the_runtime_root_goes_to_the_usable_tmpfs_base() {
+        let lookup = |k: &str| (k == "HOME").then(|| OsString::from("/home/u"));
+        let r =
+            Roots::from_env_with(lookup, || Some(PathBuf::from("/dev/shm/airlock-1000"))).unwrap();
+        assert_eq!(r.runtime, Path::new("/dev/shm/airlock-1000/airlock"));
+        // XDG_RUNTIME_DIR wins, and the tmpfs base is not even looked at.
+        let lookup = |k: &str| match k {
+            "HOME" => Some(OsString::from("/home/u")),
+            "XDG_RUNTIME_DIR" => Some(OsString::from("/run/user/1000")),
+            _ => None,
+        };
+        let r = Roots::from_env_with(lookup, || panic!("probed")).unwrap();
+        assert_eq!(r.runtime, Path::new("/run/user/1000/airlock"));
     }
 
     #[test]

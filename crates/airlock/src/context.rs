@@ -45,7 +45,8 @@ impl Context {
         std::env::var_os(name)
     }
 
-    /// airlock's per-user roots, resolved from the environment. Creates nothing.
+    /// airlock's per-user roots, resolved from the environment. Creates nothing but, without
+    /// `XDG_RUNTIME_DIR`, this user's private tmpfs runtime base (`airlock_config::runtime_root`).
     pub fn roots(&self) -> Result<Roots, HostError> {
         Ok(Roots::from_env(|k| std::env::var_os(k))?)
     }

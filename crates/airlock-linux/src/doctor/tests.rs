@@ -163,16 +163,21 @@ fn slow_cgroup_joins_get_a_remount_fix_naming_the_cgroup2_mount() {
         uid: 1000,
         name: "alice".into(),
     };
-    let checks = cgroup_checks(&hybrid_layout(), &alice, |_| true);
+    // Controllers on v2: the join writes cgroup.procs, which waits without favordynmods.
+    let mi = "31 30 0:27 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n";
+    let v2 = Layout::from_texts(mi, "0::/user.slice\n", |_| {
+        Some("cpuset cpu io memory pids\n".to_owned())
+    });
+    let checks = cgroup_checks(&v2, &alice, |_| true);
     let join = checks.iter().find(|c| c.id == "cgroup_fast_join").unwrap();
     assert_eq!(join.status, Status::Warning);
     assert_eq!(
         join.fix.as_deref(),
-        Some("mount -o remount,favordynmods /sys/fs/cgroup/unified")
+        Some("mount -o remount,favordynmods /sys/fs/cgroup")
     );
     let fast = Layout {
         favordynmods: true,
-        ..hybrid_layout()
+        ..v2
     };
     let checks = cgroup_checks(&fast, &alice, |_| true);
     assert_eq!(
@@ -183,6 +188,18 @@ fn slow_cgroup_joins_get_a_remount_fix_naming_the_cgroup2_mount() {
             .status,
         Status::Ok
     );
+}
+
+#[test]
+fn joins_through_v1_tasks_files_are_fast_without_favordynmods() {
+    let alice = Invoker {
+        uid: 1000,
+        name: "alice".into(),
+    };
+    let checks = cgroup_checks(&hybrid_layout(), &alice, |_| true);
+    let join = checks.iter().find(|c| c.id == "cgroup_fast_join").unwrap();
+    assert_eq!(join.status, Status::Ok, "{join:?}");
+    assert!(join.detail.contains("tasks"), "{join:?}");
 }
 
 #[test]

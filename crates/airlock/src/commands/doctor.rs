@@ -5,7 +5,7 @@
 //! this verb renders one line per check — status, what was found, and the exact fix for what
 //! is missing — and exits 0 when every required check passes, 69 otherwise.
 
-use airlock_linux::doctor::{probe_host, Check, Status};
+use airlock_linux::doctor::{probe_host, runtime_root_check, Check, Status};
 use clap::Args;
 
 use super::Report;
@@ -24,6 +24,7 @@ pub fn run(_args: DoctorArgs, ctx: &Context) -> Result<Report, HostError> {
         .unwrap_or_else(|| "$USER".to_owned());
     // Optional lines: a host whose roots cannot be resolved still gets the linux checks.
     if let Ok(roots) = ctx.roots() {
+        checks.push(runtime_root_check(&roots.runtime));
         checks.extend(airlock_vm::doctor::checks(&roots.cache, &user));
     }
     Ok(report(checks))

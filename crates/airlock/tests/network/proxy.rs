@@ -97,6 +97,79 @@ fn a_finished_runs_audit_log_is_kept_in_run_logs_and_its_state_directory_removed
     assert!(log.contains("denied.test"), "{log}");
 }
 
+/// Watches the host's processes while `script` runs in a sandbox of `rt`; whether an egress
+/// proxy child of that sandbox (`__proxy` with a directory below the test's runtime root) ran.
+fn proxy_ran_during(rt: &Rt, script: &str) -> (bool, crate::common::Run) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let needle = rt.env.runtime_dir.to_string_lossy().into_owned();
+    let (seen, done) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let watcher = {
+        let (seen, done) = (seen.clone(), done.clone());
+        std::thread::spawn(move || {
+            while !done.load(Ordering::SeqCst) {
+                let procs = std::fs::read_dir("/proc").into_iter().flatten().flatten();
+                for p in procs {
+                    let cmd = std::fs::read(p.path().join("cmdline")).unwrap_or_default();
+                    let cmd = String::from_utf8_lossy(&cmd);
+                    if cmd.contains("__proxy") && cmd.contains(&needle) {
+                        seen.store(true, Ordering::SeqCst);
+                    }
+                }
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+        })
+    };
+    let run = rt.sh(&[], script);
+    done.store(true, Ordering::SeqCst);
+    watcher.join().unwrap();
+    (seen.load(Ordering::SeqCst), run)
+}
+
+#[test]
+fn a_run_whose_command_makes_no_request_starts_no_proxy_and_one_that_does_is_audited() {
+    let rt = Rt::invoker();
+    let web = http_server(None);
+    rt.env
+        .write_user_config(&user_config(&[allowed("web.test", &web)], None, ""));
+    // The sockets exist from the start (socket activation), but nothing serves them yet.
+    let (ran, run) = proxy_ran_during(&rt, "test -S /run/airlock/proxy.sock && sleep 1");
+    run.assert_code(0);
+    assert!(!ran, "a proxy child ran for a command that made no request");
+    let state = rt.env.state_home().join("airlock");
+    let logs = |dir: &str| -> Vec<std::path::PathBuf> {
+        std::fs::read_dir(state.join(dir))
+            .map(|d| d.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default()
+    };
+    assert!(logs("run-logs").is_empty(), "{:?}", logs("run-logs"));
+    // The first request starts it, with the policy and the audit log of any proxy.
+    let (ran, run) = proxy_ran_during(
+        &rt,
+        &format!(
+            "curl -sS -m 20 http://web.test:{}/hello; echo; \
+             curl -sS -m 20 -o /dev/null -w '%{{http_code}}' http://denied.test:{}/; sleep 1",
+            web.port(),
+            web.port()
+        ),
+    );
+    let out = ok(&run);
+    assert!(ran, "no proxy child ran for a command that made requests");
+    assert!(out.starts_with(GREETING), "{out}");
+    assert!(out.trim_end().ends_with("403"), "{out}");
+    let kept = logs("run-logs");
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    let log = std::fs::read_to_string(kept[0].join("audit.jsonl")).unwrap();
+    assert!(
+        log.contains("web.test") && log.contains("denied.test"),
+        "{log}"
+    );
+    assert!(logs("runs").is_empty(), "{:?}", logs("runs"));
+}
+
 #[test]
 fn a_process_ignoring_the_proxy_variables_cannot_connect_anywhere() {
     let rt = Rt::invoker();

@@ -297,6 +297,11 @@ impl Sandbox {
             })?;
         let mut sync = Sync::new(sync_host).map_err(init_err)?;
         let mut t = Instant::now();
+        // While the init stage execs and unshares: the mounts that do not need its namespace.
+        let owned = match &self.ids.mount_maps {
+            Some(maps) => Some(idmounts::prepare_owned(&boot.spec, maps, root_view)?),
+            None => None,
+        };
         sync.expect("unshared").map_err(init_err)?;
         self.timings.namespaces = t.elapsed();
         t = Instant::now();
@@ -305,8 +310,8 @@ impl Sandbox {
         t = Instant::now();
         // Kept until `ready`: dropping it reaps a helper child, which has exited by then.
         let mut prepared = None;
-        match &self.ids.mount_maps {
-            Some(maps) => {
+        match owned {
+            Some(owned) => {
                 let waited = Instant::now();
                 let unreadable = match self.scan.take().map(std::thread::JoinHandle::join) {
                     Some(Ok(scanned)) => scanned?,
@@ -319,8 +324,7 @@ impl Sandbox {
                     None => Vec::new(),
                 };
                 self.timings.scan = waited.elapsed();
-                let mounts =
-                    idmounts::prepare(&boot.spec, self.init.id(), maps, unreadable, root_view)?;
+                let mounts = idmounts::prepare(&boot.spec, self.init.id(), owned, unreadable)?;
                 let fds: Vec<_> = mounts.fds.iter().map(|f| f.as_fd()).collect();
                 sync.send_with_fds(&mounts.line(), &fds).map_err(init_err)?;
                 prepared = Some(mounts);

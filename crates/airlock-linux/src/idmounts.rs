@@ -114,20 +114,15 @@ impl Prepared {
     }
 }
 
-/// Host side: clones and id-maps every host directory the sandbox of `spec` shows (see the
-/// module docs). `init_pid` is the init stage, whose user namespace has its maps already.
-pub fn prepare(
+/// Host side, first half: the mounts shown through the owner's namespace (`map:<i>`, `egress`,
+/// `bundle`) and, with `root_view`, through the root view's (`root-map:<i>`), which do not
+/// depend on the sandbox. Made while the init stage execs and unshares (B3: off the critical
+/// path); [`prepare`] adds the image's.
+pub fn prepare_owned(
     spec: &SandboxSpec,
-    init_pid: u32,
     maps: &MountMaps,
-    unreadable: Vec<Unreadable>,
     root_view: bool,
 ) -> Result<Prepared, IdMountError> {
-    let sandbox_ns = idmount::open_namespace(Path::new(&format!("/proc/{init_pid}/ns/user")))
-        .map_err(|source| IdMountError::SandboxNamespace {
-            pid: init_pid,
-            source,
-        })?;
     let (owner_ns, ns_child) =
         idmount::user_namespace(&maps.owner_uid_text(), &maps.owner_gid_text())
             .map_err(|source| IdMountError::OwnerNamespace { source })?;
@@ -141,11 +136,83 @@ pub fn prepare(
     let mut out = Prepared {
         labels: Vec::new(),
         fds: Vec::new(),
-        unreadable,
+        unreadable: Vec::new(),
         _ns_child: ns_child,
         _root_ns_child: None,
     };
-    let mut add = |label: String, path: &Path, ns: &OwnedFd, read_only: bool| {
+    for (i, m) in spec.mappings_in_mount_order().iter().enumerate() {
+        out.add(format!("map:{i}"), &m.host, &owner_ns, !m.writable)?;
+        if let Some((root_ns, _)) = &root {
+            out.add(
+                format!("{ROOT_VIEW_PREFIX}{i}"),
+                &m.host,
+                root_ns,
+                !m.writable,
+            )?;
+        }
+    }
+    if let Some(egress) = &spec.egress {
+        out.add("egress".to_owned(), &egress.host_dir, &owner_ns, true)?;
+        if let Some(bundle) = &egress.trust_bundle {
+            out.add(
+                "bundle".to_owned(),
+                &egress.host_dir.join(bundle),
+                &owner_ns,
+                true,
+            )?;
+        }
+    }
+    out._root_ns_child = root.map(|(_, child)| child);
+    Ok(out)
+}
+
+/// Host side, second half: adds to `out` ([`prepare_owned`]) the image's mounts, id-mapped
+/// through the sandbox's own user namespace (see the module docs), and what to mask. `init_pid`
+/// is the init stage, whose user namespace has its maps already.
+pub fn prepare(
+    spec: &SandboxSpec,
+    init_pid: u32,
+    mut out: Prepared,
+    unreadable: Vec<Unreadable>,
+) -> Result<Prepared, IdMountError> {
+    let sandbox_ns = idmount::open_namespace(Path::new(&format!("/proc/{init_pid}/ns/user")))
+        .map_err(|source| IdMountError::SandboxNamespace {
+            pid: init_pid,
+            source,
+        })?;
+    out.unreadable = unreadable;
+    match &spec.image {
+        Image::Host => {
+            for name in HOST_IMAGE_ENTRIES {
+                let host = Path::new("/").join(name);
+                let is_dir = std::fs::symlink_metadata(&host).is_ok_and(|m| m.is_dir());
+                if is_dir {
+                    out.add(format!("lower:{name}"), &host, &sandbox_ns, true)?;
+                }
+            }
+            // The package manager's state in `/var` (`rootfs/packages.rs`).
+            for rel in packages::PACKAGE_STATE {
+                if packages::is_host_dir(rel) {
+                    let host = Path::new("/").join(rel);
+                    out.add(packages::lower_label(rel), &host, &sandbox_ns, true)?;
+                }
+            }
+        }
+        Image::Directory(dir) => out.add("image".to_owned(), dir, &sandbox_ns, true)?,
+        Image::Imported(image) => out.add("image".to_owned(), &image.rootfs, &sandbox_ns, true)?,
+    }
+    Ok(out)
+}
+
+impl Prepared {
+    /// Clones `path` as a detached mount, id-mapped through `ns`, labelled `label`.
+    fn add(
+        &mut self,
+        label: String,
+        path: &Path,
+        ns: &OwnedFd,
+        read_only: bool,
+    ) -> Result<(), IdMountError> {
         let tree = idmount::clone_tree(path).map_err(|source| IdMountError::Clone {
             path: path.to_path_buf(),
             source,
@@ -156,54 +223,10 @@ pub fn prepare(
                 source,
             }
         })?;
-        out.labels.push(label);
-        out.fds.push(tree);
-        Ok::<(), IdMountError>(())
-    };
-    match &spec.image {
-        Image::Host => {
-            for name in HOST_IMAGE_ENTRIES {
-                let host = Path::new("/").join(name);
-                let is_dir = std::fs::symlink_metadata(&host).is_ok_and(|m| m.is_dir());
-                if is_dir {
-                    add(format!("lower:{name}"), &host, &sandbox_ns, true)?;
-                }
-            }
-            // The package manager's state in `/var` (`rootfs/packages.rs`).
-            for rel in packages::PACKAGE_STATE {
-                if packages::is_host_dir(rel) {
-                    let host = Path::new("/").join(rel);
-                    add(packages::lower_label(rel), &host, &sandbox_ns, true)?;
-                }
-            }
-        }
-        Image::Directory(dir) => add("image".to_owned(), dir, &sandbox_ns, true)?,
-        Image::Imported(image) => add("image".to_owned(), &image.rootfs, &sandbox_ns, true)?,
+        self.labels.push(label);
+        self.fds.push(tree);
+        Ok(())
     }
-    for (i, m) in spec.mappings_in_mount_order().iter().enumerate() {
-        add(format!("map:{i}"), &m.host, &owner_ns, !m.writable)?;
-        if let Some((root_ns, _)) = &root {
-            add(
-                format!("{ROOT_VIEW_PREFIX}{i}"),
-                &m.host,
-                root_ns,
-                !m.writable,
-            )?;
-        }
-    }
-    if let Some(egress) = &spec.egress {
-        add("egress".to_owned(), &egress.host_dir, &owner_ns, true)?;
-        if let Some(bundle) = &egress.trust_bundle {
-            add(
-                "bundle".to_owned(),
-                &egress.host_dir.join(bundle),
-                &owner_ns,
-                true,
-            )?;
-        }
-    }
-    out._root_ns_child = root.map(|(_, child)| child);
-    Ok(out)
 }
 
 /// Label prefix of the root view's mounts (`root-map:<i>`, as `map:<i>`).

@@ -610,3 +610,45 @@ fn create_marks_its_directories_refuses_duplicates_and_destroy_removes_them() {
         "an empty parent is removed too"
     );
 }
+
+#[test]
+fn a_child_joining_through_the_join_files_is_in_the_cgroup_of_every_hierarchy_before_exec() {
+    let Some(cg) = real_cgroup("joinfds", &CgroupLimits::default()) else {
+        return;
+    };
+    let join = cg.join_fds().unwrap();
+    assert_eq!(join.paths().len(), cg.paths().len());
+    // What the child's own first instruction sees: it was moved before its exec.
+    let mut cmd = Command::new("/bin/sh");
+    cmd.args(["-c", "cat /proc/self/cgroup; read _wait"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped());
+    crate::sys::fd::join_before_exec(&mut cmd, join.raw());
+    let mut child = cmd.spawn().unwrap();
+    let suffix = format!("/{PARENT_DIR}/{}", cg.name());
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut inside = 0;
+    for line in lines.by_ref().map_while(Result::ok) {
+        inside += usize::from(line.ends_with(&suffix));
+        if line.starts_with("0::") || line.starts_with("1:") {
+            break;
+        }
+    }
+    assert!(
+        inside >= cg.paths().len(),
+        "in {inside} of {} hierarchies",
+        cg.paths().len()
+    );
+    for dir in cg.paths() {
+        let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap();
+        assert!(
+            procs.lines().any(|p| p == child.id().to_string()),
+            "{} does not hold {}: {procs}",
+            dir.display(),
+            child.id()
+        );
+    }
+    drop(child.stdin.take());
+    child.wait().unwrap();
+    cg.destroy(Duration::from_secs(5)).unwrap();
+}

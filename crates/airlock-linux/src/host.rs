@@ -5,7 +5,8 @@
 //!    range); refuse at once when `--root` was required and the host cannot provide a root
 //!    identity (with the exact reason).
 //! 2. Create the sandbox's 0700 runtime directory, and in it the owner marker (`pid start-time`,
-//!    see [`sweep_stale`]), the per-epoch key (32 random bytes, 0600) and an empty `scratch`
+//!    see [`sweep_stale`]), the per-epoch key (32 random bytes, 0600, only when other processes
+//!    need it: [`StartOptions::key_file`]) and an empty `scratch`
 //!    directory the init stage mounts its tmpfs on.
 //! 3. Create the control socketpair, the handshake socketpair and the bootstrap pipe, all
 //!    close-on-exec; spawn `airlock __init` with exactly those three at fixed numbers and an empty
@@ -96,6 +97,9 @@ pub struct StartOptions {
     /// `--root` writes to a workspace belongs to the invoker (`rootfs/root_view.rs`). Costs one
     /// more user namespace and a clone of each mapping at start, so plain runs go without.
     pub root_view: bool,
+    /// Whether the per-epoch key is also written to `<dir>/key` (0600) for other airlock
+    /// processes (`exec` into a persistent sandbox). An ephemeral run holds it in memory only.
+    pub key_file: bool,
 }
 
 /// Time spent in each start phase.
@@ -196,7 +200,9 @@ impl Sandbox {
         t0: Instant,
     ) -> Result<Sandbox, StartError> {
         let key = new_key()?;
-        write_private(&dir.join("key"), key.as_bytes())?;
+        if opts.key_file {
+            write_private(&dir.join("key"), key.as_bytes())?;
+        }
         let scratch = dir.join("scratch");
         fs::DirBuilder::new()
             .mode(0o700)

@@ -172,6 +172,8 @@ fn start(state_dir: &Path) -> Result<Started, KeeperReport> {
         sandboxes_dir: req.runtime_dir.clone(),
         // `exec --root` can reach a persistent sandbox at any time.
         root_view: true,
+        // `exec` reads it to authenticate its streams.
+        key_file: true,
     };
     let started = cgroup
         .join_fds()

@@ -56,6 +56,8 @@ impl EphemeralRun {
             sandboxes_dir: roots.runtime.join("sandboxes"),
             // `run --root` only: nothing else reaches a run's sandbox as root.
             root_view: spec.require_root,
+            // This process alone talks to the sandbox: the key stays in its memory.
+            key_file: false,
         };
         // Runtime directories of runs whose airlock was killed (L9: ownership-checked cleanup).
         airlock_linux::host::sweep_stale(&opts.sandboxes_dir);

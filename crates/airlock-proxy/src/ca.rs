@@ -142,6 +142,17 @@ impl CertificateAuthority {
         })
     }
 
+    /// The certificate (PEM) of the CA in `dir`, generating the CA on first use, without
+    /// loading it: no key is parsed, nothing is signed or generated (B3: every `run` places
+    /// the certificate in its sandbox; only the proxy needs the key, and it loads it itself).
+    pub fn public_cert_pem(dir: &Path) -> Result<String, CaError> {
+        create_private_dir(dir)?;
+        if !dir.join(KEY_FILE).exists() {
+            create(dir)?;
+        }
+        read_cert(&dir.join(CERT_FILE))
+    }
+
     /// The CA certificate (PEM) to install into the sandbox trust store.
     pub fn cert_pem(&self) -> &str {
         &self.cert_pem

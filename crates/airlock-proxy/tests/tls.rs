@@ -110,6 +110,20 @@ async fn an_unusable_system_trust_store_is_a_502_at_first_use_and_never_a_pass()
     assert!(!w.proxy.upstream_trust_built());
 }
 
+#[test]
+fn the_public_certificate_read_alone_is_the_cas_and_creates_it_private_on_first_use() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("ca");
+    let fresh = CertificateAuthority::public_cert_pem(&dir).unwrap();
+    assert!(fresh.contains("BEGIN CERTIFICATE") && !fresh.contains("PRIVATE KEY"));
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&dir), 0o700);
+    assert_eq!(mode(&dir.join("ca-key.pem")), 0o600);
+    let loaded = CertificateAuthority::load_or_create(&dir).unwrap();
+    assert_eq!(loaded.cert_pem(), fresh);
+    assert_eq!(CertificateAuthority::public_cert_pem(&dir).unwrap(), fresh);
+}
+
 #[tokio::test]
 async fn ca_key_is_private_and_the_ca_is_stable_across_restarts() {
     let tmp = tempfile::tempdir().unwrap();

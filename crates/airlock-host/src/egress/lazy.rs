@@ -69,6 +69,8 @@ impl LazyProxy {
         };
         let thread = std::thread::Builder::new()
             .name("egress-watch".to_owned())
+            // It polls and spawns one child: a small stack is plenty.
+            .stack_size(256 * 1024)
             .spawn(move || watcher.run(before))
             .map_err(|e| HostError::internal("egress.start", format!("thread: {e}")))?;
         Ok(LazyProxy {

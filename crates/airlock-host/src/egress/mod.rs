@@ -157,9 +157,9 @@ pub fn materialize(dir: &Path, roots: &Roots, image_root: &Path) -> Result<(), H
         .map_err(|e| fail("protect", dir, &e))?;
     let ca_root = ca_dir(&roots.data);
     crate::paths::ensure_root(roots, &ca_root)?;
-    let ca = airlock_proxy::CertificateAuthority::load_or_create(&ca_root)
+    let ca_pem = airlock_proxy::CertificateAuthority::public_cert_pem(&ca_root)
         .map_err(|e| fail("load the interception CA in", &ca_root, &e))?;
-    let ca_pem = ca.cert_pem().as_bytes();
+    let ca_pem = ca_pem.as_bytes();
     let cache = roots.runtime.join(TRUST_CACHE);
     let cache = crate::paths::ensure_root(roots, &cache)
         .is_ok()

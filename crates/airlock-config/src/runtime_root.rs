@@ -30,9 +30,8 @@ pub enum FastRuntimeError {
 /// The tmpfs runtime base for `uid` below `shm` (see the module docs), created when missing.
 pub fn tmpfs_runtime_base(shm: &Path, uid: u32) -> Result<PathBuf, FastRuntimeError> {
     use rustix::fs::{statfs, Mode};
-    const TMPFS_MAGIC: i64 = 0x0102_1994;
     match statfs(shm) {
-        Ok(s) if s.f_type as i64 == TMPFS_MAGIC => {}
+        Ok(s) if is_tmpfs_magic(s.f_type) => {}
         _ => {
             return Err(FastRuntimeError::NotTmpfs {
                 dir: shm.to_path_buf(),
@@ -56,6 +55,13 @@ pub fn tmpfs_runtime_base(shm: &Path, uid: u32) -> Result<PathBuf, FastRuntimeEr
     }
     check_ours(&path, uid)?;
     Ok(path)
+}
+
+/// Whether a `statfs` filesystem type is tmpfs's (`f_type`'s width differs between
+/// architectures, hence the cast).
+#[allow(clippy::unnecessary_cast)]
+pub fn is_tmpfs_magic(f_type: impl Into<i64>) -> bool {
+    f_type.into() as i64 == 0x0102_1994
 }
 
 /// `path` is a real directory owned by `uid` with mode 0700.
@@ -175,7 +181,7 @@ mod tests {
     #[test]
     fn a_runtime_base_off_tmpfs_is_refused() {
         let disk = Path::new(env!("CARGO_MANIFEST_DIR"));
-        let tmpfs = rustix::fs::statfs(disk).is_ok_and(|s| s.f_type as i64 == 0x0102_1994);
+        let tmpfs = rustix::fs::statfs(disk).is_ok_and(|s| is_tmpfs_magic(s.f_type));
         if tmpfs {
             return skip("the source tree is on a tmpfs");
         }

@@ -442,13 +442,12 @@ fn cgroup_checks(
 pub fn runtime_root_check(runtime: &Path) -> Check {
     const ID: &str = "runtime_root_tmpfs";
     const TITLE: &str = "runtime root on a tmpfs (B3)";
-    const TMPFS_MAGIC: i64 = 0x0102_1994;
     // The root may not exist yet: its nearest existing ancestor is where it will be created.
     let existing = runtime
         .ancestors()
         .find(|p| p.exists())
         .unwrap_or(Path::new("/"));
-    let on_tmpfs = rustix::fs::statfs(existing).is_ok_and(|s| s.f_type as i64 == TMPFS_MAGIC);
+    let on_tmpfs = rustix::fs::statfs(existing).is_ok_and(|s| s.f_type == libc::TMPFS_MAGIC);
     if on_tmpfs {
         return Check::ok(
             ID,

@@ -304,11 +304,15 @@ impl Sandbox {
         let mut sync = Sync::new(sync_host).map_err(init_err)?;
         let mut t = Instant::now();
         // While the init stage execs and unshares: the mounts that do not need its namespace.
-        let owned = match &self.ids.mount_maps {
-            Some(maps) => Some(idmounts::prepare_owned(&boot.spec, maps, root_view)?),
-            None => None,
-        };
+        // A failure is reported after the init stage's answer, which names the cause better
+        // when both fail for one reason (no user namespaces at all: exit 69, not 70).
+        let owned = self
+            .ids
+            .mount_maps
+            .as_ref()
+            .map(|maps| idmounts::prepare_owned(&boot.spec, maps, root_view));
         sync.expect("unshared").map_err(init_err)?;
+        let owned = owned.transpose()?;
         self.timings.namespaces = t.elapsed();
         t = Instant::now();
         idmap::write_maps(self.init.id(), &self.ids)?;

@@ -211,8 +211,16 @@ fn run_dir(p: &Project) -> Option<std::path::PathBuf> {
 #[test]
 fn clean_removes_the_state_of_a_killed_run_and_never_a_live_runs() {
     let p = Project::new();
+    // A request first: the run's state directory (its audit log) exists once its proxy does,
+    // which starts at the first connection.
     let mut child = p
-        .command(&["run", "--", "sleep", "300"])
+        .command(&[
+            "run",
+            "--",
+            "sh",
+            "-c",
+            "curl -s -m 20 -o /dev/null http://denied.test/; exec sleep 300",
+        ])
         .spawn()
         .expect("spawn airlock run");
     let started = wait_until(Duration::from_secs(30), || run_dir(&p).is_some());

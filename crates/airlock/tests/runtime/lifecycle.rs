@@ -443,7 +443,9 @@ fn the_egress_proxy_runs_in_the_sandbox_cgroup() {
         return;
     }
     let rt = Rt::invoker();
-    let mut child = rt.spawn_until_up("echo up; exec sleep 20");
+    // `run` starts its proxy at the sandbox's first connection: make one.
+    let mut child =
+        rt.spawn_until_up("curl -s -m 20 -o /dev/null http://denied.test/; echo up; exec sleep 20");
     let kids = children_of(child.id());
     let find = |verb: &str| {
         kids.iter()

@@ -115,10 +115,14 @@ mod tests {
     use super::*;
 
     fn roots() -> Roots {
-        Roots::from_env(|k| match k {
-            "HOME" => Some("/home/ana".into()),
-            _ => None,
-        })
+        // The disk fallback of the runtime root, not this machine's tmpfs.
+        Roots::from_env_with(
+            |k| match k {
+                "HOME" => Some("/home/ana".into()),
+                _ => None,
+            },
+            || None,
+        )
         .unwrap()
     }
 
@@ -146,7 +150,8 @@ mod tests {
     fn checking_a_root_holds_it_to_the_rule_but_not_its_xdg_base() {
         use std::os::unix::fs::PermissionsExt;
         let home = tempfile::tempdir().unwrap();
-        let r = Roots::from_env(|k| (k == "HOME").then(|| home.path().into())).unwrap();
+        let r =
+            Roots::from_env_with(|k| (k == "HOME").then(|| home.path().into()), || None).unwrap();
         let mode = |p: &Path, m: u32| {
             std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap()
         };

@@ -363,7 +363,9 @@ mod tests {
     /// `(home, roots, image, the system bundle's path)`.
     fn trust_fixture() -> (tempfile::TempDir, Roots, tempfile::TempDir, PathBuf) {
         let home = tempfile::tempdir().unwrap();
-        let roots = Roots::from_env(|k| (k == "HOME").then(|| home.path().into())).unwrap();
+        // Everything below the throw-away home, the runtime root included.
+        let roots =
+            Roots::from_env_with(|k| (k == "HOME").then(|| home.path().into()), || None).unwrap();
         let image = tempfile::tempdir().unwrap();
         let certs = image.path().join("etc/ssl/certs");
         fs::create_dir_all(&certs).unwrap();

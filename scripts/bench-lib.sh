@@ -64,6 +64,15 @@ bench_time_ms() {
     awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f\n", (b - a) * 1000 }' >>"$file"
 }
 
+# bench_quiet CMD...: runs CMD untimed, output discarded; on failure shows its stderr and stops.
+bench_quiet() {
+    "$@" >/dev/null 2>"$world/last.err" || {
+        printf '%s: failed: %s\n' "${bench_name:-bench}" "$*" >&2
+        cat "$world/last.err" >&2
+        exit 1
+    }
+}
+
 # bench_cpu_ms FILE CMD...: runs CMD under `perf stat` (task-clock of every process it starts,
 # inherited across fork) and appends the CPU milliseconds to FILE.
 bench_cpu_ms() {

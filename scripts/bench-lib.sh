@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Helpers shared by scripts/bench, scripts/bench-scale and scripts/bench-workspace (sourced, not
 # run). Every helper works on figures it was handed; none invents one.
 

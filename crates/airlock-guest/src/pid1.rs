@@ -7,12 +7,15 @@
 //! 2. When not actually PID 1 (tests, or a runtime without a PID namespace), become a child
 //!    subreaper so orphans are still re-parented to us and reaped.
 //! 3. Install real handlers for `SIGCHLD`, `SIGTERM`, `SIGINT`, `SIGHUP` (a PID namespace's
-//!    init only receives signals it has handlers for) feeding a self-pipe, and start the
-//!    signal thread: `SIGCHLD` reaps every zombie, the others are forwarded to the process
-//!    group of every process the guest started.
+//!    init only receives signals it has handlers for) feeding a self-pipe: `SIGCHLD` reaps
+//!    every zombie, the others are forwarded to the process group of every process the guest
+//!    started.
 //! 4. Bind the loopback relays (egress proxy, host ports) before the first exec, so no sandbox
 //!    process can take their ports.
-//! 5. Receive stream descriptors on the control socket and serve each on its own thread.
+//! 5. One event loop on the main thread polls the control socket and the signal pipe: each
+//!    stream descriptor received on the control socket is served on its own thread. An idle
+//!    PID 1 is its main thread plus one thread per relay listener (`relay`; none without
+//!    egress or published host ports).
 //! 6. When the control socket closes (the host is gone), kill every process group and
 //!    return; as PID 1 of the namespace, exiting takes the whole sandbox down with it.
 
@@ -23,6 +26,7 @@ use std::thread;
 
 use airlock_linux::sys::process::{install_signal_pipe, ProcessError};
 use airlock_protocol::{recv_stream, FdPassError};
+use rustix::event::{poll, PollFd, PollFlags};
 use rustix::io::Errno;
 use rustix::process::{getpid, DumpableBehavior, Signal};
 
@@ -50,6 +54,9 @@ pub enum GuestError {
     /// A loopback relay could not be bound (the sandbox would be offline: refuse instead).
     #[error(transparent)]
     Relay(#[from] crate::relay::RelayError),
+    /// Waiting for events failed.
+    #[error("poll failed: {0}")]
+    Poll(std::io::Error),
 }
 
 fn prctl(option: &'static str) -> impl FnOnce(Errno) -> GuestError {
@@ -85,55 +92,80 @@ fn serve(control: OwnedFd, opts: GuestOptions) -> Result<(), GuestError> {
         setgroups_allowed: setgroups_allowed(),
     });
     let signals = install_signal_pipe(&[libc::SIGCHLD, libc::SIGTERM, libc::SIGINT, libc::SIGHUP])?;
-    let for_signals = Arc::clone(&shared);
-    thread::spawn(move || handle_signals(&signals, &for_signals.children));
     // Children that exited before the handler existed.
     shared.children.reap();
     // The relays own their ports before any sandbox process could bind them.
     crate::relay::start(&shared.opts.relays)?;
-    let result = accept_streams(&control, &shared);
+    let result = event_loop(&control, &signals, &shared);
     shared.children.signal_all(Signal::KILL);
     result
 }
 
-/// Serves every stream the host opens until the control socket closes.
-fn accept_streams(control: &OwnedFd, shared: &Arc<Shared>) -> Result<(), GuestError> {
+/// Serves every stream the host opens and the signals until the control socket closes.
+fn event_loop(
+    control: &OwnedFd,
+    signals: &OwnedFd,
+    shared: &Arc<Shared>,
+) -> Result<(), GuestError> {
     loop {
-        match recv_stream(control.as_fd()) {
-            Ok(Some(fd)) => {
-                let shared = Arc::clone(shared);
-                thread::spawn(move || exec::serve(UnixStream::from(fd), &shared));
-            }
-            Ok(None) => return Ok(()),
-            // A malformed open request is dropped; the channel itself is still fine.
-            Err(FdPassError::DescriptorCount { .. } | FdPassError::UnknownTag { .. }) => continue,
-            Err(err @ FdPassError::Syscall { .. }) => return Err(err.into()),
+        let mut fds = [
+            PollFd::new(control, PollFlags::IN),
+            PollFd::new(signals, PollFlags::IN),
+        ];
+        match poll(&mut fds, None) {
+            Ok(_) => {}
+            Err(Errno::INTR) => continue,
+            Err(e) => return Err(GuestError::Poll(e.into())),
+        }
+        let ready: Vec<bool> = fds.iter().map(|f| !f.revents().is_empty()).collect();
+        drop(fds);
+        if ready[1] {
+            handle_signals(signals, &shared.children);
+        }
+        if ready[0] && !accept_stream(control, shared)? {
+            return Ok(());
         }
     }
 }
 
-/// The signal thread: reaps on `SIGCHLD`, forwards termination signals.
+/// Receives one stream descriptor and serves it on its own thread; `false` once the control
+/// socket closed.
+fn accept_stream(control: &OwnedFd, shared: &Arc<Shared>) -> Result<bool, GuestError> {
+    match recv_stream(control.as_fd()) {
+        Ok(Some(fd)) => {
+            let shared = Arc::clone(shared);
+            // Threads count against the sandbox's pids limit: when none can be made, the
+            // stream is dropped (its client sees it closed) and PID 1 keeps serving.
+            let _ =
+                thread::Builder::new().spawn(move || exec::serve(UnixStream::from(fd), &shared));
+            Ok(true)
+        }
+        Ok(None) => Ok(false),
+        // A malformed open request is dropped; the channel itself is still fine.
+        Err(FdPassError::DescriptorCount { .. } | FdPassError::UnknownTag { .. }) => Ok(true),
+        Err(err @ FdPassError::Syscall { .. }) => Err(err.into()),
+    }
+}
+
+/// Drains what the signal pipe holds (it is readable: one read does not block): reaps on
+/// `SIGCHLD`, forwards termination signals.
 fn handle_signals(pipe: &OwnedFd, children: &Children) {
     let mut buf = [0u8; 64];
-    loop {
-        let n = match rustix::io::read(pipe, &mut buf) {
-            Ok(0) => return,
-            Ok(n) => n,
-            Err(Errno::INTR) => continue,
-            Err(_) => return,
-        };
-        let mut reaped = false;
-        for &byte in &buf[..n] {
-            match i32::from(byte) {
-                libc::SIGCHLD if !reaped => {
-                    children.reap();
-                    reaped = true;
-                }
-                libc::SIGCHLD => {}
-                signal => {
-                    if let Some(signal) = Signal::from_named_raw(signal) {
-                        children.signal_all(signal);
-                    }
+    let n = match rustix::io::read(pipe, &mut buf) {
+        Ok(n) => n,
+        Err(_) => return,
+    };
+    let mut reaped = false;
+    for &byte in &buf[..n] {
+        match i32::from(byte) {
+            libc::SIGCHLD if !reaped => {
+                children.reap();
+                reaped = true;
+            }
+            libc::SIGCHLD => {}
+            signal => {
+                if let Some(signal) = Signal::from_named_raw(signal) {
+                    children.signal_all(signal);
                 }
             }
         }

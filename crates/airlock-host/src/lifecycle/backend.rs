@@ -8,7 +8,8 @@
 //!
 //! The owner process is the keeper (`airlock __keeper <state dir>`, see [`super::keeper`]). Its
 //! identity is proven before every signal; the guest's PID 1 and the init stage die with it
-//! (PDEATHSIG chain), and the cgroup janitor it forked removes the cgroup.
+//! (PDEATHSIG chain). It removes the cgroup when it stops in order; a killed keeper's cgroup
+//! is removed by [`Backend::stop`] (no janitor process per idle sandbox).
 
 use std::fs;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -185,6 +186,19 @@ fn cgroup_name(record: &SandboxRecord) -> String {
     }
 }
 
+/// Kills what is left in the sandbox's cgroup and removes it, when its owner (the keeper that
+/// created it) is provably gone; a cgroup that cannot be removed is reported.
+fn remove_orphaned_cgroup(name: &str, report: &mut StopReport) {
+    use airlock_linux::cgroup::Cgroup;
+    // Without an orphaned cgroup (none, its owner still runs, or no hierarchy to look in)
+    // nothing is forced; `remove` reports any directory of it that is still there.
+    if let Ok(Some(cgroup)) = Cgroup::orphaned(name) {
+        if let Err(e) = cgroup.destroy(Duration::from_secs(5)) {
+            report.unmanaged.push(e.to_string());
+        }
+    }
+}
+
 /// Size of the sandbox's writable layer (R4). The overlay upper layer lives on a tmpfs inside
 /// the sandbox's mount namespace, which the host cannot walk; its pages are charged to the
 /// sandbox's memory cgroup as `shmem`, so that counter measures it (with any other tmpfs the
@@ -202,23 +216,33 @@ fn writable_layer_bytes(cgroup: &str) -> Option<u64> {
     })
 }
 
-/// How many processes of the sandbox the OOM killer has ended so far (its memory cgroup's
-/// `oom_kill` counter: v2 `memory.events`, v1 `memory.oom_control`); `None` without a memory
-/// cgroup. `exec` compares it before and after a command (9.10).
-pub fn oom_kills(record: &SandboxRecord) -> Option<u64> {
-    cgroup_dirs(&cgroup_name(record))
-        .into_iter()
-        .find_map(|dir| {
-            ["memory.events", "memory.oom_control"]
-                .iter()
-                .find_map(|file| {
-                    let text = fs::read_to_string(dir.join(file)).ok()?;
-                    text.lines().find_map(|line| {
-                        let (k, v) = line.split_once(' ')?;
-                        (k == "oom_kill").then(|| v.trim().parse().ok()).flatten()
-                    })
-                })
+/// The counter of processes of the sandbox the OOM killer has ended (its memory cgroup's
+/// `oom_kill`: v2 `memory.events`, v1 `memory.oom_control`), found once and read before and
+/// after a command (9.10).
+pub struct OomCounter(PathBuf);
+
+impl OomCounter {
+    /// The sandbox's counter file; `None` without a memory cgroup.
+    pub fn find(record: &SandboxRecord) -> Option<OomCounter> {
+        cgroup_dirs(&cgroup_name(record))
+            .into_iter()
+            .find_map(|dir| {
+                ["memory.events", "memory.oom_control"]
+                    .iter()
+                    .map(|file| dir.join(file))
+                    .find(|path| path.exists())
+            })
+            .map(OomCounter)
+    }
+
+    /// How many processes the OOM killer has ended so far.
+    pub fn read(&self) -> Option<u64> {
+        let text = fs::read_to_string(&self.0).ok()?;
+        text.lines().find_map(|line| {
+            let (k, v) = line.split_once(' ')?;
+            (k == "oom_kill").then(|| v.trim().parse().ok()).flatten()
         })
+    }
 }
 
 /// The cgroup directories of a sandbox, in every hierarchy this host uses.
@@ -313,14 +337,23 @@ impl Backend for LinuxBackend {
     }
 
     fn inspect(&self, record: &SandboxRecord) -> Inspection {
-        let live = |id: Option<&ProcessIdentity>| id.map_or(Liveness::Gone, check_process);
         let runtime = ownership::disk_usage(&record.paths.runtime_dir);
         let state = ownership::disk_usage(&record.paths.state_dir);
         let layer = writable_layer_bytes(&cgroup_name(record)).unwrap_or(0);
         Inspection {
+            disk_bytes: Some(runtime + state + layer),
+            ..self.probe(record)
+        }
+    }
+
+    /// Liveness (pid, start time, command line of keeper and PID 1), version and exit note;
+    /// no walk of the sandbox's directories, no read of its cgroup.
+    fn probe(&self, record: &SandboxRecord) -> Inspection {
+        let live = |id: Option<&ProcessIdentity>| id.map_or(Liveness::Gone, check_process);
+        Inspection {
             owner: live(record.keeper.as_ref()),
             guest: live(record.guest.as_ref()),
-            disk_bytes: Some(runtime + state + layer),
+            disk_bytes: None,
             incompatible: incompatible(record),
             exit_note: fs::read_to_string(record.paths.state_dir.join(EXIT_NOTE))
                 .ok()
@@ -355,12 +388,9 @@ impl Backend for LinuxBackend {
                 }
             }
         }
-        // The keeper's janitor removes the cgroup once the keeper is gone; wait for it (bounded).
-        let dirs = cgroup_dirs(&cgroup_name(record));
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while dirs.iter().any(|d| d.exists()) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        // A keeper that stopped in order removed its cgroup; one that was killed left it (it
+        // runs no janitor): its owner mark names the dead keeper, so it is ours to remove.
+        remove_orphaned_cgroup(&cgroup_name(record), &mut report);
         Ok(report)
     }
 

@@ -3,9 +3,10 @@
 //! Order of operations:
 //! 1. `setsid`: detached from the terminal and process group of the `up` that spawned it, so
 //!    Ctrl+C or a closed terminal never reach it.
-//! 2. Read the start request; create the cgroup (with its janitor: if the keeper dies, the
-//!    janitor removes the cgroup); start the sandbox *from the main thread* (the init stage's
-//!    PDEATHSIG is bound to the spawning thread, so the sandbox dies with the keeper).
+//! 2. Read the start request; create the cgroup (no janitor process: if the keeper dies, the
+//!    cgroup it leaves is removed by the next `down`, `clean` or `up`, see `Cgroup::orphaned`);
+//!    start the sandbox *from the main thread* (the init stage's PDEATHSIG is bound to the
+//!    spawning thread, so the sandbox dies with the keeper).
 //! 3. Listen on `<runtime dir>/control.sock` (the directory is 0700), report `Ready` on stdout
 //!    (a pipe to `up`), then point stdout at the log. If nobody reads the report, `up` is gone
 //!    before the sandbox was recorded ready: the keeper tears it down.
@@ -156,7 +157,10 @@ fn start(state_dir: &Path) -> Result<Started, KeeperReport> {
     })?;
     // The cgroup first: the proxy runs inside the sandbox's limits from its start (9.10).
     // The proxy starts while the sandbox does; `Ready` is reported only once it serves.
-    let mut cgroup = limits::prepare(&req.spec, keeper_warning).map_err(reported)?;
+    // No janitor process: should the keeper be killed, PDEATHSIG ends the sandbox and the next
+    // `down`, `clean` or `up` removes the orphaned cgroup (its owner mark names the keeper).
+    let mut cgroup =
+        limits::prepare_without_janitor(&req.spec, keeper_warning).map_err(reported)?;
     let proxy = match start_egress(&req).and_then(|proxy| {
         join_proxy(&proxy, &cgroup).map_err(reported)?;
         Ok(proxy)

@@ -1,5 +1,8 @@
 //! The sandbox's cgroup for `run` (PRODUCT I8): created before the sandbox, joined by the init
 //! stage between its fork and its exec, before PID 1 exists, removed after it (and by the janitor if airlock is killed).
+//! A persistent sandbox's keeper runs no janitor ([`prepare_without_janitor`]): should it be
+//! killed, the PDEATHSIG chain ends the sandbox's processes and `down`/`clean`/`up` remove the
+//! cgroup it left (`Cgroup::orphaned`: its owner mark names the dead keeper).
 //!
 //! Rule (issue 3): where this user may not create cgroups, *default* limits are skipped with a
 //! warning naming `airlock doctor`; a limit set explicitly (config or flag) refuses the run.
@@ -18,7 +21,7 @@ pub type Warn = fn(&str);
 
 /// The cgroup of one run, or nothing when default limits were skipped.
 pub struct RunCgroup {
-    cgroup: Option<(Cgroup, Janitor)>,
+    cgroup: Option<(Cgroup, Option<Janitor>)>,
     memory_mb: Option<u64>,
     warn: Warn,
     /// The warning given when default limits were skipped (kept for `up` and `status`).
@@ -96,13 +99,27 @@ impl RunCgroup {
                 (self.warn)(&e.to_string());
             }
             // The cgroup is gone: the janitor has nothing left to do.
-            janitor.release(Duration::from_millis(500));
+            if let Some(janitor) = janitor {
+                janitor.release(Duration::from_millis(500));
+            }
         }
     }
 }
 
-/// Creates the cgroup with the spec's limits (see the module docs for the skip rule).
+/// Creates the cgroup with the spec's limits (see the module docs for the skip rule), with a
+/// janitor that removes it should this process die first.
 pub fn prepare(spec: &SandboxSpec, warn: Warn) -> Result<RunCgroup, HostError> {
+    prepare_with(spec, warn, true)
+}
+
+/// [`prepare`] without a janitor process, for the keeper of a persistent sandbox: one host
+/// process fewer per idle sandbox. Its death leaves an empty cgroup (the sandbox's processes
+/// die with it through PDEATHSIG), which the next `down`, `clean` or `up` removes.
+pub fn prepare_without_janitor(spec: &SandboxSpec, warn: Warn) -> Result<RunCgroup, HostError> {
+    prepare_with(spec, warn, false)
+}
+
+fn prepare_with(spec: &SandboxSpec, warn: Warn, janitor: bool) -> Result<RunCgroup, HostError> {
     let l = &spec.limits;
     let limits = CgroupLimits {
         memory_bytes: l.memory_mb.map(|m| m.value.saturating_mul(1024 * 1024)),
@@ -133,9 +150,13 @@ pub fn prepare(spec: &SandboxSpec, warn: Warn) -> Result<RunCgroup, HostError> {
     };
     match Cgroup::create(&spec.id, &limits) {
         Ok(cg) => {
-            let janitor = cg
-                .spawn_janitor(Duration::from_secs(2))
-                .map_err(unavailable)?;
+            let janitor = match janitor {
+                true => Some(
+                    cg.spawn_janitor(Duration::from_secs(2))
+                        .map_err(unavailable)?,
+                ),
+                false => None,
+            };
             Ok(RunCgroup {
                 cgroup: Some((cg, janitor)),
                 memory_mb: l.memory_mb.map(|m| m.value),

@@ -240,7 +240,8 @@ pub fn validate_name(name: &str) -> Result<(), CgroupError> {
 }
 
 /// A sandbox's cgroup in every hierarchy used. Not removed on drop: call [`Cgroup::destroy`]
-/// (and keep a [`Janitor`] for the case where airlock dies first).
+/// (and keep a [`Janitor`] for the case where airlock dies first, or let whoever finds it
+/// orphaned remove it: [`Cgroup::orphaned`]).
 #[derive(Debug)]
 pub struct Cgroup {
     name: String,

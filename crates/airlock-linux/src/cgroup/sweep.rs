@@ -8,7 +8,9 @@
 use std::path::{Path, PathBuf};
 
 use super::files::read_procs;
-use super::{hierarchies, CgroupError, Hierarchy, Layout, OWNER_XATTR, PARENT_DIR};
+use super::{
+    hierarchies, writable_by_me, Cgroup, CgroupError, Hierarchy, Layout, OWNER_XATTR, PARENT_DIR,
+};
 
 /// The process that owns a sandbox cgroup: pid plus start time (clock ticks since boot, field
 /// 22 of `/proc/<pid>/stat`), so a recycled pid never looks like the owner.
@@ -23,6 +25,11 @@ pub fn start_time_from_stat(stat: &str) -> Option<u64> {
     let after = &stat[stat.rfind(')')? + 1..];
     // Fields after the name start at field 3 (state); start time is field 22.
     after.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// The state letter (field 3) from a `/proc/<pid>/stat` text.
+fn state_from_stat(stat: &str) -> Option<&str> {
+    stat[stat.rfind(')')? + 1..].split_whitespace().next()
 }
 
 impl OwnerMark {
@@ -50,10 +57,14 @@ impl OwnerMark {
             .then_some(OwnerMark { pid, start_time })
     }
 
-    /// Whether the owner still runs, judged from a `/proc` tree at `proc_root`.
+    /// Whether the owner still runs, judged from a `/proc` tree at `proc_root`. A zombie (a
+    /// killed owner its parent has not reaped yet) does not run.
     pub fn is_alive(&self, proc_root: &Path) -> bool {
         match std::fs::read_to_string(proc_root.join(self.pid.to_string()).join("stat")) {
-            Ok(stat) => start_time_from_stat(&stat) == Some(self.start_time),
+            Ok(stat) => {
+                start_time_from_stat(&stat) == Some(self.start_time)
+                    && !matches!(state_from_stat(&stat), Some("Z" | "X"))
+            }
             Err(e) => e.kind() != std::io::ErrorKind::NotFound,
         }
     }
@@ -130,18 +141,53 @@ pub fn sweep_stale_in(
 }
 
 fn is_stale(dir: &Path, proc_root: &Path) -> Result<bool, CgroupError> {
-    let mut buf = [0u8; 64];
-    let Ok(n) = rustix::fs::getxattr(dir, OWNER_XATTR, &mut buf) else {
-        return Ok(false);
-    };
-    let Some(owner) = std::str::from_utf8(&buf[..n])
-        .ok()
-        .and_then(OwnerMark::decode)
-    else {
-        return Ok(false);
-    };
-    if owner.is_alive(proc_root) {
+    if !owner_gone(dir, proc_root) {
         return Ok(false);
     }
     Ok(read_procs(dir)?.is_empty())
+}
+
+/// Whether `dir` carries an owner mark naming a process that is provably gone.
+fn owner_gone(dir: &Path, proc_root: &Path) -> bool {
+    let mut buf = [0u8; 64];
+    let Ok(n) = rustix::fs::getxattr(dir, OWNER_XATTR, &mut buf) else {
+        return false;
+    };
+    std::str::from_utf8(&buf[..n])
+        .ok()
+        .and_then(OwnerMark::decode)
+        .is_some_and(|owner| !owner.is_alive(proc_root))
+}
+
+impl Cgroup {
+    /// The sandbox cgroup `name` of this user (in the hierarchies [`Cgroup::create`] uses)
+    /// when it exists and every directory of it carries an owner mark naming a process that
+    /// is provably gone: its owner died without removing it (a persistent sandbox's keeper,
+    /// which runs no janitor, killed by SIGKILL). [`Cgroup::destroy`] then kills what is left
+    /// in it and removes it. `None` when there is no such cgroup, or when any directory is
+    /// unmarked or its owner still runs (not ours to force).
+    pub fn orphaned(name: &str) -> Result<Option<Cgroup>, CgroupError> {
+        super::validate_name(name)?;
+        let layout = Layout::detect().map_err(CgroupError::Detect)?;
+        let Some(hs) = hierarchies(&layout) else {
+            return Ok(None);
+        };
+        let mut found = Cgroup {
+            name: name.to_owned(),
+            hierarchies: Vec::new(),
+            dirs: Vec::new(),
+        };
+        for h in hs.into_iter().map(|h| h.resolve_for_user(writable_by_me)) {
+            let dir = h.base.join(PARENT_DIR).join(name);
+            if !dir.exists() {
+                continue;
+            }
+            if !owner_gone(&dir, Path::new("/proc")) {
+                return Ok(None);
+            }
+            found.hierarchies.push(h);
+            found.dirs.push(dir);
+        }
+        Ok((!found.dirs.is_empty()).then_some(found))
+    }
 }

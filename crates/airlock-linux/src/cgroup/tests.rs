@@ -244,6 +244,26 @@ fn sweep_removes_only_empty_marked_cgroups_whose_owner_is_gone() {
 }
 
 #[test]
+fn an_owner_killed_but_not_yet_reaped_no_longer_holds_its_cgroup() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (base, proc_root) = (tmp.path().join("cg"), tmp.path().join("proc"));
+    let parent = base.join(PARENT_DIR);
+    // A zombie: the keeper was SIGKILLed and whoever inherited it has not reaped it yet.
+    let dir = proc_root.join("300");
+    std::fs::create_dir_all(&dir).unwrap();
+    let stat = "300 (exe) Z 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 7777 0 0";
+    std::fs::write(dir.join("stat"), stat).unwrap();
+    let owner = OwnerMark {
+        pid: 300,
+        start_time: 7777,
+    };
+    assert!(!owner.is_alive(&proc_root));
+    let left = fake_sandbox(&parent, "zombie-owner", Some("300 7777"), "");
+    let removed = sweep_stale_in(&[v1(&base, &[Controller::Memory])], &proc_root).unwrap();
+    assert_eq!(removed, [left]);
+}
+
+#[test]
 fn sweep_without_a_parent_directory_is_a_no_op() {
     let tmp = tempfile::tempdir().unwrap();
     assert!(sweep_stale_in(&[v2(tmp.path())], tmp.path())

@@ -5,6 +5,7 @@
 
 mod crash;
 mod files;
+mod idle;
 mod interrupt;
 mod names;
 mod ports;

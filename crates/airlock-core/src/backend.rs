@@ -156,6 +156,12 @@ pub trait Backend {
     fn start(&self, record: &SandboxRecord) -> Result<Box<dyn Starting + '_>, BackendError>;
     /// Observes the sandbox without changing it.
     fn inspect(&self, record: &SandboxRecord) -> Inspection;
+    /// [`Backend::inspect`] without the measurements only `status` and `ls` show (disk use may
+    /// be `None`): the same proofs of liveness, the same version check and exit note, for a
+    /// command that only needs to know whether the sandbox is ready (`exec`, `attach`).
+    fn probe(&self, record: &SandboxRecord) -> Inspection {
+        self.inspect(record)
+    }
     /// Stops the sandbox, bounded: orderly first, then forced; ownership-checked.
     fn stop(&self, record: &SandboxRecord, grace: Duration) -> Result<StopReport, BackendError>;
     /// Removes what the sandbox left on the host, after proving each piece is ours.

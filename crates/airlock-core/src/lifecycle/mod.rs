@@ -23,8 +23,8 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 pub use ops::{
-    clean, down, list, status, up, CleanOutcome, DownOutcome, Listed, Observer, StatusReport,
-    UpOutcome, UpRequest,
+    clean, down, list, readiness, status, up, CleanOutcome, DownOutcome, Listed, Observer,
+    StatusReport, UpOutcome, UpRequest,
 };
 pub use plan_diff::{diff_plans, PlanDifference};
 pub use provision::{NoProvision, Provision, ProvisionError};

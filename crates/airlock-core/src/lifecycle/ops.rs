@@ -561,9 +561,28 @@ pub fn status<B: Backend>(
     backend: &B,
     name: &SandboxName,
 ) -> Result<StatusReport, LifecycleError> {
+    report(stores, backend, name, B::inspect)
+}
+
+/// [`status`] through [`Backend::probe`]: the same health, proven the same way, without the
+/// measurements (disk use) only `status` shows; for commands that use a ready sandbox.
+pub fn readiness<B: Backend>(
+    stores: &Stores,
+    backend: &B,
+    name: &SandboxName,
+) -> Result<StatusReport, LifecycleError> {
+    report(stores, backend, name, B::probe)
+}
+
+fn report<B: Backend>(
+    stores: &Stores,
+    backend: &B,
+    name: &SandboxName,
+    inspect: fn(&B, &SandboxRecord) -> crate::backend::Inspection,
+) -> Result<StatusReport, LifecycleError> {
     let record = stores.record(name)?.map(|r| r.data);
     let mut operation = stores.operation(name)?.map(|r| r.data);
-    let inspection = record.as_ref().map(|r| backend.inspect(r));
+    let inspection = record.as_ref().map(|r| inspect(backend, r));
     let health = assess(record.as_ref(), operation.as_ref(), inspection.as_ref());
     let mut warnings = Vec::new();
     if let Some(op) = operation.as_mut() {

@@ -15,7 +15,7 @@ use airlock_core::records::SandboxRecord;
 use airlock_protocol::ExecRequest;
 
 use crate::error::{ErrorKind, HostError};
-use crate::lifecycle::backend::{oom_kills, with_socket_path, SOCKET};
+use crate::lifecycle::backend::{with_socket_path, OomCounter, SOCKET};
 use crate::lifecycle::Host;
 use crate::run::limits::OutOfMemory;
 use crate::wire::{KeeperAnswer, StartRequest, MODE_DETACHED, START_FILE};
@@ -100,21 +100,23 @@ pub fn exec_detached(record: &SandboxRecord, request: &ExecRequest) -> Result<u3
     Err(HostError::new(ErrorKind::Failed, code, message).with_hint(hint))
 }
 
-/// The sandbox's OOM-kill count before a command, to compare after it.
+/// The sandbox's OOM-kill count before a command, to compare after it (its counter file is
+/// found once).
 pub struct OomWatch {
+    counter: Option<OomCounter>,
     before: Option<u64>,
 }
 
 impl OomWatch {
     pub fn start(record: &SandboxRecord) -> Self {
-        Self {
-            before: oom_kills(record),
-        }
+        let counter = OomCounter::find(record);
+        let before = counter.as_ref().and_then(OomCounter::read);
+        Self { counter, before }
     }
 
     /// Whether the OOM killer ended processes of the sandbox since [`OomWatch::start`].
     pub fn since(&self, record: &SandboxRecord) -> Option<OutOfMemory> {
-        match (self.before, oom_kills(record)) {
+        match (self.before, self.counter.as_ref().and_then(OomCounter::read)) {
             (Some(before), Some(after)) if after > before => Some(OutOfMemory {
                 memory_mb: record.plan.memory_mb,
                 kills: after - before,

@@ -233,13 +233,15 @@ pub fn plan_summary(spec: &SandboxSpec) -> PlanSummary {
 }
 
 /// The record of `name` when it is ready; otherwise `Failed` (exit 1) with `code` (the verb's
-/// own, e.g. `exec.not_ready`) and the next action.
+/// own, e.g. `exec.not_ready`) and the next action. Proven like `status` (keeper and PID 1
+/// by pid, start time and command line; version; exit note) without the disk measurement
+/// only `status` shows (`airlock_core::lifecycle::readiness`).
 pub fn ready(
     host: &Host,
     name: &SandboxName,
     code: &'static str,
 ) -> Result<SandboxRecord, HostError> {
-    let status = airlock_core::lifecycle::status(&host.stores, &host.backend, name)
+    let status = airlock_core::lifecycle::readiness(&host.stores, &host.backend, name)
         .map_err(lifecycle_error)?;
     match (status.health, status.record) {
         (Health::Ready, Some(record)) => Ok(record),

@@ -15,7 +15,8 @@
 //! 5. One event loop on the main thread polls the control socket and the signal pipe: each
 //!    stream descriptor received on the control socket is served on its own thread. An idle
 //!    PID 1 is its main thread plus one thread per relay listener (`relay`; none without
-//!    egress or published host ports).
+//!    egress or published host ports). After `sys::mem::IDLE_AFTER` without an event it gives
+//!    back the binary's pages it mapped (`sys::mem::release_exe_pages`).
 //! 6. When the control socket closes (the host is gone), kill every process group and
 //!    return; as PID 1 of the namespace, exiting takes the whole sandbox down with it.
 
@@ -107,13 +108,25 @@ fn event_loop(
     signals: &OwnedFd,
     shared: &Arc<Shared>,
 ) -> Result<(), GuestError> {
+    // Pages of the binary mapped since the last release (start-up, a request's code).
+    let mut touched = true;
+    let idle = rustix::event::Timespec {
+        tv_sec: airlock_linux::sys::mem::IDLE_AFTER.as_secs() as i64,
+        tv_nsec: 0,
+    };
     loop {
         let mut fds = [
             PollFd::new(control, PollFlags::IN),
             PollFd::new(signals, PollFlags::IN),
         ];
-        match poll(&mut fds, None) {
-            Ok(_) => {}
+        match poll(&mut fds, touched.then_some(&idle)) {
+            // Idle for a while: give back what start-up and the last requests mapped.
+            Ok(0) => {
+                airlock_linux::sys::mem::release_exe_pages();
+                touched = false;
+                continue;
+            }
+            Ok(_) => touched = true,
             Err(Errno::INTR) => continue,
             Err(e) => return Err(GuestError::Poll(e.into())),
         }

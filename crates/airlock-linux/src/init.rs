@@ -193,15 +193,17 @@ fn prepare<T>(
         "pipe",
         rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC),
     )?;
+    // Opened here, while `/proc/self` is still ours (PID 1 pivots into the sandbox's root).
+    let mappings = crate::sys::mem::OwnMappings::open();
     match sys("fork", fork_single_threaded())? {
         Forked::Parent { child } => {
             drop((alive_r, control, mounts, said_r));
             sync.send(&format!("pid1 {child}"))?;
             drop(said_w);
-            intermediate_wait(child, alive_w)
+            intermediate_wait(child, alive_w, mappings)
         }
         Forked::Child => {
-            drop((alive_w, said_w));
+            drop((alive_w, said_w, mappings));
             let root_view = pid1_setup(&boot, alive_r, &mut mounts)?;
             let prepared = preflight().map_err(InitError::Preflight)?;
             wait_for_close(said_r);
@@ -232,7 +234,19 @@ fn wait_for_close(pipe: OwnedFd) {
 }
 
 /// The intermediate process: waits for PID 1 and exits with its status (never returns).
-fn intermediate_wait(child: libc::pid_t, _alive: OwnedFd) -> ! {
+fn intermediate_wait(
+    child: libc::pid_t,
+    _alive: OwnedFd,
+    mappings: Option<crate::sys::mem::OwnMappings>,
+) -> ! {
+    // A persistent sandbox keeps this process for its whole life, waiting: once PID 1 has
+    // run a while, give back the binary's pages start-up mapped (a short `run` never gets
+    // here, so it pays nothing for it).
+    if let (Some(pidfd), Some(own)) = (crate::pidfd::open(child), mappings) {
+        if !crate::pidfd::wait_exit(&pidfd, crate::sys::mem::IDLE_AFTER) {
+            own.release();
+        }
+    }
     let pid = nix::unistd::Pid::from_raw(child);
     let code = loop {
         match nix::sys::wait::waitpid(pid, None) {

@@ -130,6 +130,12 @@ async fn run(mut inherited: Inherited) -> i32 {
     if answer(&ProxyAnswer::Ready).is_err() {
         return 1;
     }
+    // A persistent sandbox's proxy lives as long as the sandbox: after a while, give back the
+    // binary's pages start-up mapped (a short `run` ends first and pays nothing for it).
+    tokio::spawn(async {
+        tokio::time::sleep(airlock_linux::sys::mem::IDLE_AFTER).await;
+        airlock_linux::sys::mem::release_exe_pages();
+    });
     while let Ok(Some(line)) = lines.next_line().await {
         let mut restart = false;
         let reply = match line.trim() {

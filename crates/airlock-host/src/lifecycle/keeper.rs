@@ -10,7 +10,8 @@
 //! 3. Listen on `<runtime dir>/control.sock` (the directory is 0700), report `Ready` on stdout
 //!    (a pipe to `up`), then point stdout at the log. If nobody reads the report, `up` is gone
 //!    before the sandbox was recorded ready: the keeper tears it down.
-//! 4. Serve until SIGTERM/SIGINT/SIGHUP (orderly stop by `down`) or until the guest's PID 1
+//! 4. Serve (once idle for `sys::mem::IDLE_AFTER`, giving back the binary's pages start-up
+//!    and clients mapped: `sys::mem::release_exe_pages`) until SIGTERM/SIGINT/SIGHUP (orderly stop by `down`) or until the guest's PID 1
 //!    exits (an exit note says so, for `status`). Each client must have this uid (peer
 //!    credentials); its first byte picks the mode: `S` hands the connection itself to PID 1 over
 //!    the control socket (the guest then runs the HMAC handshake with the client, who read the
@@ -388,7 +389,15 @@ fn serve(
         proxy: Arc::clone(proxy),
         forwards,
     };
+    // Pages of the binary mapped since the last release (start-up, a client's code), and the
+    // serve loop's last event other than its own tick.
+    let mut touched = true;
+    let mut last_event = std::time::Instant::now();
     loop {
+        if touched && last_event.elapsed() >= airlock_linux::sys::mem::IDLE_AFTER {
+            airlock_linux::sys::mem::release_exe_pages();
+            touched = false;
+        }
         let mut fds = [
             PollFd::new(listener, PollFlags::IN),
             PollFd::new(&signals, PollFlags::IN),
@@ -420,6 +429,8 @@ fn serve(
         }
         if ready[0] {
             accept_all(listener, &clients);
+            touched = true;
+            last_event = std::time::Instant::now();
         }
         supervise(proxy, cgroup);
     }

@@ -7,6 +7,7 @@ pub mod filter_check;
 pub mod fork;
 pub mod idmount;
 pub mod janitor;
+pub mod mem;
 pub mod net;
 pub mod probe;
 pub mod process;

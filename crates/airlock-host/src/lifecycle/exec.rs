@@ -116,7 +116,10 @@ impl OomWatch {
 
     /// Whether the OOM killer ended processes of the sandbox since [`OomWatch::start`].
     pub fn since(&self, record: &SandboxRecord) -> Option<OutOfMemory> {
-        match (self.before, self.counter.as_ref().and_then(OomCounter::read)) {
+        match (
+            self.before,
+            self.counter.as_ref().and_then(OomCounter::read),
+        ) {
             (Some(before), Some(after)) if after > before => Some(OutOfMemory {
                 memory_mb: record.plan.memory_mb,
                 kills: after - before,

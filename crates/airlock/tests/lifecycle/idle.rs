@@ -60,7 +60,11 @@ fn an_idle_sandbox_has_one_keeper_process_and_no_idle_thread_in_pid1() {
     // The default session's threads go with the session; then PID 1 is its main thread (no
     // signal thread) plus one per relay listener (the egress proxy's, when the sandbox has
     // one), and is again after serving a command.
-    let start = p.state_root().join("sandboxes").join(&name).join("start.json");
+    let start = p
+        .state_root()
+        .join("sandboxes")
+        .join(&name)
+        .join("start.json");
     let start: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(start).unwrap()).unwrap();
     let idle = 1 + usize::from(!start["spec"]["egress"].is_null());

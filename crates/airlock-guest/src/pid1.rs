@@ -130,8 +130,7 @@ fn event_loop(
             Err(Errno::INTR) => continue,
             Err(e) => return Err(GuestError::Poll(e.into())),
         }
-        let ready: Vec<bool> = fds.iter().map(|f| !f.revents().is_empty()).collect();
-        drop(fds);
+        let ready = [!fds[0].revents().is_empty(), !fds[1].revents().is_empty()];
         if ready[1] {
             handle_signals(signals, &shared.children);
         }

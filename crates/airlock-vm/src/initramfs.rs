@@ -7,7 +7,7 @@
 
 use std::collections::BTreeSet;
 use std::fs::File;
-use std::io::{BufWriter, Read};
+use std::io::{BufWriter, Read, Write};
 use std::path::{Component, Path, PathBuf};
 
 use crate::cpio::{CpioError, CpioWriter};
@@ -89,8 +89,15 @@ pub fn build(contents: &Contents, kernel: &Kernel, out: &Path) -> Result<(), Ini
         path: out.to_path_buf(),
         source,
     })?;
+    write(contents, kernel, BufWriter::with_capacity(1 << 20, file))?;
+    Ok(())
+}
+
+/// Writes the initramfs for `contents` to `out` and returns it (flushed). The same inputs
+/// give the same bytes (fixed times, owners and inode numbers), which the cache relies on.
+pub fn write<W: Write>(contents: &Contents, kernel: &Kernel, out: W) -> Result<W, InitramfsError> {
     let mut archive = Archive {
-        cpio: CpioWriter::new(BufWriter::with_capacity(1 << 20, file)),
+        cpio: CpioWriter::new(out),
         dirs: BTreeSet::new(),
     };
     for dir in MOUNT_POINTS {
@@ -115,8 +122,7 @@ pub fn build(contents: &Contents, kernel: &Kernel, out: &Path) -> Result<(), Ini
     archive
         .cpio
         .file(MODULES_LIST, 0o644, list.len() as u64, &mut list.as_bytes())?;
-    archive.cpio.finish()?;
-    Ok(())
+    Ok(archive.cpio.finish()?)
 }
 
 struct Archive<W: std::io::Write> {

@@ -6,6 +6,7 @@
 //! - [`mux`]: many flow-controlled streams over the one virtio-serial port.
 
 pub mod boot;
+pub mod cache;
 pub mod cpio;
 pub mod doctor;
 pub mod guest;

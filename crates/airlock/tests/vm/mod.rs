@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 
 use airlock_protocol::{ExecClient, ExecRequest, ExecUser, ExitStatus, Key};
 use airlock_vm::boot::{GuestConfig, GuestUser, Share, BOOT_VERSION};
-use airlock_vm::initramfs::{self, Contents};
+use airlock_vm::cache;
+use airlock_vm::initramfs::Contents;
 use airlock_vm::kernel::{Kernel, GUEST_MODULES};
 use airlock_vm::machine::{Accel, HostShare, Machine, MachineSpec};
 
@@ -25,6 +26,12 @@ fn kernel_cache() -> PathBuf {
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache"));
     cache.join("airlock/vm-kernel")
+}
+
+/// Where the tests keep the initramfs built from the binary under test (the invoker's cache,
+/// beside the kernel).
+fn initramfs_cache() -> PathBuf {
+    kernel_cache().with_file_name("vm-initramfs")
 }
 
 /// The kernel, or a skip (a failure under CI: scripts/test fetches it).
@@ -67,9 +74,17 @@ pub fn boot_with(
     }
     let kernel = needs_kernel()?;
     let dir = tempfile::tempdir().unwrap();
-    let initramfs = dir.path().join("initramfs.cpio");
     let contents = Contents::for_exe(AIRLOCK.as_ref(), &kernel, GUEST_MODULES).unwrap();
-    initramfs::build(&contents, &kernel, &initramfs).unwrap();
+    let started = Instant::now();
+    let cached = cache::initramfs(&initramfs_cache(), &contents, &kernel).unwrap();
+    eprintln!(
+        "vm: initramfs {} ({} bytes, {}) in {:?}",
+        cached.path.display(),
+        cached.len,
+        if cached.hit { "cached" } else { "built" },
+        started.elapsed()
+    );
+    let initramfs = cached.path.clone();
     let mut host_shares = vec![HostShare {
         tag: "usr".into(),
         host: "/usr".into(),

@@ -12,5 +12,6 @@ pub mod doctor;
 pub mod guest;
 pub mod initramfs;
 pub mod kernel;
+pub mod limits;
 pub mod machine;
 pub mod mux;

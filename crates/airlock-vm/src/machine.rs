@@ -11,6 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::boot::{GuestConfig, Hello, BOOT_VERSION, CHANNEL_PORT, MAX_BOOT_MESSAGE};
+use crate::limits::Limits;
 use crate::mux::{bridge, read_frame, write_frame, Closed, Kind, Mux, Side};
 
 /// The accelerator QEMU runs the guest with.
@@ -48,8 +49,8 @@ pub struct MachineSpec {
     pub kernel: PathBuf,
     pub initramfs: PathBuf,
     pub accel: Accel,
-    pub memory_mb: u32,
-    pub cpus: u32,
+    /// Guest RAM and vCPUs, from the sandbox's `memory_mb` and `cpus`.
+    pub limits: Limits,
     /// A private directory for the channel socket, the console log and QEMU's own log.
     pub dir: PathBuf,
     /// Shares (the host's `/usr` and every workspace); tags match the guest configuration.
@@ -121,9 +122,9 @@ pub fn qemu_args(spec: &MachineSpec, socket: &Path, console: &Path) -> Vec<Strin
     }
     args.extend([
         "-m".into(),
-        spec.memory_mb.to_string(),
+        spec.limits.memory_mb.to_string(),
         "-smp".into(),
-        spec.cpus.to_string(),
+        spec.limits.vcpus.to_string(),
         "-serial".into(),
         format!("file:{}", console.display()),
         "-kernel".into(),

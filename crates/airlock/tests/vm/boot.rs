@@ -182,3 +182,36 @@ fn vm_protected_paths_stay_read_only_and_root_is_refused_with_them() {
         "QEMU had to be killed"
     );
 }
+
+#[test]
+fn vm_guest_sees_the_memory_and_cpus_it_was_given() {
+    let host = airlock_vm::limits::Host::current().unwrap();
+    let limits = airlock_vm::limits::Limits::new(384, Some(2.0), host).unwrap();
+    let Some(vm) = super::boot_sized(&[], guest_user(1000, 1000), None, Vec::new(), limits) else {
+        return;
+    };
+    let (status, nproc, err) = exec(&vm, &["nproc"], None);
+    assert_eq!(status, ExitStatus::Code(0), "stderr: {err}");
+    assert_eq!(nproc.trim(), limits.vcpus.to_string());
+    assert_eq!(limits.vcpus, host.cpus.min(2));
+    let (_, meminfo, _) = exec(&vm, &["cat", "/proc/meminfo"], None);
+    let total_kb: u64 = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.trim().strip_suffix("kB"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no MemTotal in the guest's /proc/meminfo: {meminfo}"));
+    // The guest kernel keeps some of its RAM for itself: MemTotal is a little below the size.
+    assert!(
+        (384 * 1024 * 3 / 4..=384 * 1024).contains(&total_kb),
+        "the guest has {total_kb} kB, not about 384 MiB"
+    );
+    eprintln!(
+        "vm: guest MemTotal {total_kb} kB of 384 MiB, nproc {}",
+        nproc.trim()
+    );
+    assert!(
+        !vm.machine.shutdown(Duration::from_secs(20)),
+        "QEMU had to be killed"
+    );
+}

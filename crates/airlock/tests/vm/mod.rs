@@ -14,6 +14,7 @@ use airlock_vm::boot::{GuestConfig, GuestUser, Share, BOOT_VERSION};
 use airlock_vm::cache;
 use airlock_vm::initramfs::Contents;
 use airlock_vm::kernel::{Kernel, GUEST_MODULES};
+use airlock_vm::limits::{Host, Limits};
 use airlock_vm::machine::{Accel, HostShare, Machine, MachineSpec};
 
 use crate::common::AIRLOCK;
@@ -61,6 +62,11 @@ pub fn boot(shares: &[(PathBuf, bool)], user: GuestUser) -> Option<Booted> {
     boot_with(shares, user, None, Vec::new())
 }
 
+/// The size most tests boot with: 512 MiB, one vCPU.
+pub fn small() -> Limits {
+    Limits::new(512, Some(1.0), Host::current().unwrap()).unwrap()
+}
+
 /// [`boot`] with the guest's egress relay on port 3128 reaching `egress` (a Unix socket
 /// standing in for the sandbox's proxy).
 pub fn boot_with(
@@ -68,6 +74,17 @@ pub fn boot_with(
     user: GuestUser,
     egress: Option<PathBuf>,
     protect: Vec<String>,
+) -> Option<Booted> {
+    boot_sized(shares, user, egress, protect, small())
+}
+
+/// [`boot_with`] with the guest's RAM and vCPUs.
+pub fn boot_sized(
+    shares: &[(PathBuf, bool)],
+    user: GuestUser,
+    egress: Option<PathBuf>,
+    protect: Vec<String>,
+    limits: Limits,
 ) -> Option<Booted> {
     if !airlock_testkit::needs_tool(QEMU) {
         return None;
@@ -108,8 +125,7 @@ pub fn boot_with(
         kernel: kernel.image.clone(),
         initramfs,
         accel: Accel::Tcg,
-        memory_mb: 512,
-        cpus: 1,
+        limits,
         dir: dir.path().to_path_buf(),
         shares: host_shares,
         egress_socket: egress.clone(),

@@ -1,6 +1,7 @@
 //! `airlock doctor`'s lines for the `vm` backend: the accelerator (`/dev/kvm`, and why TCG
 //! would be used instead), the monitor (QEMU) and the guest kernel. None is required: the
-//! `linux` backend runs without them. Each probe only reads (no VM is booted).
+//! `linux` backend runs without them. Each probe only reads (no VM is booted: `vm.accel =
+//! "auto"` boots its probe when a VM is started, see [`crate::accel`]).
 
 use std::path::Path;
 
@@ -30,7 +31,8 @@ pub fn checks(cache: &Path, user: &str) -> Vec<Check> {
     ]
 }
 
-fn kvm_device() -> KvmDevice {
+/// What this host's `/dev/kvm` is to this user.
+pub fn kvm_device() -> KvmDevice {
     use rustix::fs::Access;
     if !Path::new("/dev/kvm").exists() {
         return KvmDevice::Absent;
@@ -53,7 +55,7 @@ fn hardware_virtualization(cpuinfo: &str) -> bool {
 pub fn kvm_check(device: KvmDevice, cpuinfo: &str, user: &str) -> Check {
     const ID: &str = "vm_kvm";
     const TITLE: &str = "vm backend: KVM accelerator";
-    let tcg = "the vm backend would run under TCG (emulation: correct, but many times slower)";
+    let tcg = "vm.accel = \"auto\" (the default) refuses the vm backend here; vm.accel = \"tcg\" runs it under TCG (emulation: correct, but many times slower)";
     let (status, detail, fix) = match device {
         KvmDevice::Absent => (
             Status::Warning,
@@ -67,14 +69,13 @@ pub fn kvm_check(device: KvmDevice, cpuinfo: &str, user: &str) -> Check {
         ),
         KvmDevice::Usable if !hardware_virtualization(cpuinfo) => (
             Status::Warning,
-            format!(
-                "/dev/kvm is usable but the CPU shows neither vmx nor svm (nested or paravirtualized KVM, which may not boot a stock kernel); {tcg}"
-            ),
+            "/dev/kvm is usable but the CPU shows neither vmx nor svm (nested or paravirtualized KVM, which may not boot a stock kernel); vm.accel = \"auto\" (the default) takes KVM only if a probe boot reaches the guest's init, else refuses; vm.accel = \"tcg\" runs the vm backend under TCG (emulation: correct, but many times slower)"
+                .to_owned(),
             Some("run on a host (or a VM with nested virtualization) whose CPU shows vmx or svm".to_owned()),
         ),
         KvmDevice::Usable => (
             Status::Ok,
-            "/dev/kvm is usable and the CPU has hardware virtualization".to_owned(),
+            "/dev/kvm is usable and the CPU has hardware virtualization (vm.accel = \"auto\" still probes a boot before taking KVM)".to_owned(),
             None,
         ),
     };
@@ -151,6 +152,8 @@ mod tests {
         let c = kvm_check(KvmDevice::Usable, NESTED_PVM, "dev");
         assert_eq!(c.status, Status::Warning);
         assert!(c.detail.contains("TCG"), "{}", c.detail);
+        assert!(c.detail.contains("vm.accel = \"tcg\""), "{}", c.detail);
+        assert!(c.detail.contains("probe boot"), "{}", c.detail);
         assert!(!c.required);
         assert!(c.fix.is_some());
     }

@@ -5,6 +5,7 @@
 //! - [`cpio`]: the `newc` writer the initramfs is made with.
 //! - [`mux`]: many flow-controlled streams over the one virtio-serial port.
 
+pub mod accel;
 pub mod boot;
 pub mod cache;
 pub mod cpio;

@@ -3,6 +3,7 @@
 //! `scripts/fetch-vm-kernel` unpacked, the control protocol through the multiplexed
 //! virtio-serial port. Each test boots one VM (a few seconds under TCG).
 
+mod accel;
 mod boot;
 mod egress;
 
@@ -31,7 +32,7 @@ fn kernel_cache() -> PathBuf {
 
 /// Where the tests keep the initramfs built from the binary under test (the invoker's cache,
 /// beside the kernel).
-fn initramfs_cache() -> PathBuf {
+pub fn initramfs_cache() -> PathBuf {
     kernel_cache().with_file_name("vm-initramfs")
 }
 

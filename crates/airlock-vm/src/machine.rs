@@ -296,7 +296,20 @@ impl Machine {
                         frame.kind, frame.stream
                     )))
                 }
-                Ok(None) => return Err(exited(child).unwrap_or_else(timeout)),
+                // The channel closes when QEMU dies, a moment before it can be reaped: wait
+                // for that so the error carries QEMU's log rather than a bare timeout.
+                Ok(None) => {
+                    let closed = Instant::now();
+                    while closed.elapsed() < Duration::from_secs(2) {
+                        if let Some(err) = exited(child) {
+                            return Err(err);
+                        }
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                    return Err(MachineError::Hello(
+                        "the channel closed before the guest's hello".into(),
+                    ));
+                }
                 Err(e)
                     if matches!(
                         e.kind(),
@@ -389,4 +402,71 @@ fn tail(path: &Path) -> String {
         own
     };
     lines[lines.len().saturating_sub(12)..].join(" | ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limits::{Host, Limits};
+
+    /// A monitor that connects to the channel, closes it, says why on stderr and exits a
+    /// moment later (as a QEMU that aborts does): the error is its exit with its log, not a
+    /// timeout with nothing to go on.
+    #[test]
+    fn a_monitor_that_dies_after_closing_the_channel_is_reported_with_its_log() {
+        if !airlock_testkit::needs_tool("python3") {
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let fake = dir.path().join("fake-qemu");
+        std::fs::write(
+            &fake,
+            "#!/usr/bin/env python3\n\
+             import socket, sys, time\n\
+             path = [a for a in sys.argv if a.startswith('socket,')][0].split('path=')[1]\n\
+             s = socket.socket(socket.AF_UNIX); s.connect(path); s.close()\n\
+             print('fake monitor: failed to set MSR', file=sys.stderr, flush=True)\n\
+             time.sleep(0.3)\n\
+             sys.exit(3)\n",
+        )
+        .unwrap();
+        std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        let spec = MachineSpec {
+            qemu: fake,
+            kernel: "/nonexistent".into(),
+            initramfs: "/nonexistent".into(),
+            accel: Accel::Tcg,
+            limits: Limits::new(256, Some(1.0), Host::current().unwrap()).unwrap(),
+            dir: dir.path().to_path_buf(),
+            shares: Vec::new(),
+            egress_socket: None,
+        };
+        let config = GuestConfig {
+            version: BOOT_VERSION,
+            key: String::new(),
+            hostname: "h".into(),
+            user: crate::boot::GuestUser {
+                name: "u".into(),
+                uid: 1000,
+                gid: 1000,
+                home: "/".into(),
+            },
+            env: Vec::new(),
+            root_allowed: false,
+            usr_tag: String::new(),
+            shares: Vec::new(),
+            protect: Vec::new(),
+            egress_port: None,
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let err = match Machine::boot(&spec, &config, deadline) {
+            Ok(_) => panic!("a monitor that closed the channel booted"),
+            Err(err) => err,
+        };
+        assert!(
+            matches!(&err, MachineError::Exited { log, .. } if log.contains("failed to set MSR")),
+            "{err}"
+        );
+    }
 }

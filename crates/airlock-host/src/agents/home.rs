@@ -69,10 +69,11 @@ pub fn base_files(eff: &Effective, roots: &Roots) -> BaseFiles {
             safe.push(linked.common_dir.clone());
         }
     }
+    let (user_name, user_email) = host_git_identity(&roots.home);
     let setup = GitSetup {
         safe_directories: safe,
-        user_name: host_git_config(&roots.home, "user.name"),
-        user_email: host_git_config(&roots.home, "user.email"),
+        user_name,
+        user_email,
     };
     let (files, dropped) = sandbox_git::render(&setup, &eff.home.sandbox_path);
     for d in dropped {
@@ -89,19 +90,45 @@ pub fn base_files(eff: &Effective, roots: &Roots) -> BaseFiles {
     out
 }
 
-/// The host user's global git setting `key` (the user's own configuration, never a project's:
-/// git runs outside any repository).
-fn host_git_config(home: &Path, key: &str) -> Option<String> {
-    let out = Command::new("git")
-        .args(["config", "--global", "--get", key])
+/// The host user's global `user.name` and `user.email` (the user's own configuration, never a
+/// project's: git runs outside any repository), read by one git process on `up`'s path. As with
+/// `git config --get`, the last value of a key wins; an empty value counts as unset.
+fn host_git_identity(home: &Path) -> (Option<String>, Option<String>) {
+    let Ok(out) = Command::new("git")
+        .args([
+            "config",
+            "--global",
+            "-z",
+            "--get-regexp",
+            r"^user\.(name|email)$",
+        ])
         .current_dir(home)
         .env(airlock_config::env_vars::HOME, home)
         .env("GIT_CEILING_DIRECTORIES", home)
         .output()
-        .ok()?;
-    let text = String::from_utf8(out.stdout).ok()?;
-    let value = text.strip_suffix('\n').unwrap_or(&text);
-    (out.status.success() && !value.is_empty()).then(|| value.to_owned())
+    else {
+        return (None, None);
+    };
+    if !out.status.success() {
+        return (None, None);
+    }
+    let (mut name, mut email) = (None, None);
+    // `-z`: each entry is `key\nvalue\0`; keys come lower-cased.
+    for entry in out.stdout.split(|b| *b == 0) {
+        let Ok(entry) = std::str::from_utf8(entry) else {
+            continue;
+        };
+        let Some((key, value)) = entry.split_once('\n') else {
+            continue;
+        };
+        let value = (!value.is_empty()).then(|| value.to_owned());
+        match key {
+            "user.name" => name = value,
+            "user.email" => email = value,
+            _ => {}
+        }
+    }
+    (name, email)
 }
 
 /// Writes `files` into the sandbox home of the ready sandbox `record` through the guest's file

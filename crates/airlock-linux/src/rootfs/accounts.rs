@@ -14,7 +14,6 @@
 use std::collections::BTreeSet;
 use std::fs::File;
 use std::io::Read;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 /// Largest image `passwd`/`group` file merged; a larger one is left out whole.
@@ -32,14 +31,27 @@ pub struct Account<'a> {
     pub id: u32,
 }
 
-/// The image's file at `path`, when it is a regular file (never through a link) of at most
-/// [`DB_CAP`] bytes that reads as UTF-8; `None` otherwise (nothing is merged then).
-pub fn read_image_db(path: &Path) -> Option<String> {
-    let file = File::options()
-        .read(true)
-        .custom_flags(libc_flags())
-        .open(path)
-        .ok()?;
+/// The image's `etc/NAME` beneath `root`, when it is a regular file of at most [`DB_CAP`] bytes
+/// that reads as UTF-8, reached without following any link (neither `etc` nor the file may be
+/// one: the image is not airlock's); `None` otherwise (nothing is merged then). Non-blocking,
+/// so a FIFO never holds up the start.
+pub fn read_image_db(root: &Path, name: &str) -> Option<String> {
+    use rustix::fs::{open, openat, Mode, OFlags};
+    let nofollow = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let etc = open(
+        root.join("etc"),
+        nofollow | OFlags::DIRECTORY,
+        Mode::empty(),
+    )
+    .ok()?;
+    let fd = openat(
+        &etc,
+        name,
+        nofollow | OFlags::NONBLOCK | OFlags::NOCTTY,
+        Mode::empty(),
+    )
+    .ok()?;
+    let file = File::from(fd);
     let meta = file.metadata().ok()?;
     if !meta.file_type().is_file() || meta.len() > DB_CAP {
         return None;
@@ -50,12 +62,6 @@ pub fn read_image_db(path: &Path) -> Option<String> {
         return None;
     }
     String::from_utf8(bytes).ok()
-}
-
-/// `O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC`: a link is refused, a FIFO never blocks the start.
-fn libc_flags() -> i32 {
-    (nix::fcntl::OFlag::O_NOFOLLOW | nix::fcntl::OFlag::O_NONBLOCK | nix::fcntl::OFlag::O_CLOEXEC)
-        .bits()
 }
 
 /// Whether `name` is a plain account name: `[A-Za-z0-9_][A-Za-z0-9_.-]*` with an optional
@@ -239,18 +245,25 @@ mod tests {
 
     #[test]
     fn a_link_a_fifo_or_an_oversized_file_is_never_read() {
-        let dir = tempfile::tempdir().unwrap();
-        let real = dir.path().join("real");
-        std::fs::write(&real, "a:x:1:1::/:/bin/sh\n").unwrap();
-        assert!(read_image_db(&real).is_some());
-        let link = dir.path().join("link");
-        std::os::unix::fs::symlink(&real, &link).unwrap();
-        assert_eq!(read_image_db(&link), None);
-        let fifo = dir.path().join("fifo");
-        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
-        assert_eq!(read_image_db(&fifo), None);
-        let big = dir.path().join("big");
-        std::fs::write(&big, vec![b'a'; DB_CAP as usize + 1]).unwrap();
-        assert_eq!(read_image_db(&big), None);
+        let image = tempfile::tempdir().unwrap();
+        let root = image.path();
+        let etc = root.join("etc");
+        std::fs::create_dir(&etc).unwrap();
+        std::fs::write(etc.join("real"), "a:x:1:1::/:/bin/sh\n").unwrap();
+        assert!(read_image_db(root, "real").is_some());
+        std::os::unix::fs::symlink(etc.join("real"), etc.join("link")).unwrap();
+        assert_eq!(read_image_db(root, "link"), None);
+        nix::unistd::mkfifo(&etc.join("fifo"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+        assert_eq!(read_image_db(root, "fifo"), None);
+        std::fs::write(etc.join("big"), vec![b'a'; DB_CAP as usize + 1]).unwrap();
+        assert_eq!(read_image_db(root, "big"), None);
+        // An image whose `etc` is a link (here to a directory outside it) is not read through.
+        let elsewhere = tempfile::tempdir().unwrap();
+        std::fs::create_dir(elsewhere.path().join("etc")).unwrap();
+        std::fs::write(elsewhere.path().join("etc/passwd"), "b:x:2:2::/:/bin/sh\n").unwrap();
+        let linked = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(elsewhere.path().join("etc"), linked.path().join("etc"))
+            .unwrap();
+        assert_eq!(read_image_db(linked.path(), "passwd"), None);
     }
 }

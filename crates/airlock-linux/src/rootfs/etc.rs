@@ -54,7 +54,7 @@ pub(super) fn apply(root: &Path, scratch: &Path, boot: &Bootstrap) -> Result<(),
     let generated = [
         ("machine-id", machine_id()?),
         ("passwd", passwd.clone()),
-        ("group", group(&etc, boot, &passwd)),
+        ("group", group(root, boot, &passwd)),
         ("hostname", format!("{}\n", boot.spec.hostname)),
         ("hosts", hosts(&boot.spec.hostname)),
     ];
@@ -178,7 +178,7 @@ fn passwd(root: &Path, boot: &Bootstrap) -> String {
             id: 65534,
         },
     ];
-    let image = accounts::read_image_db(&root.join("etc/passwd")).unwrap_or_default();
+    let image = accounts::read_image_db(root, "passwd").unwrap_or_default();
     format!(
         "root:x:0:0:root:/root:{sh}\n{name}:x:{uid}:{gid}:{name}:{home}:{sh}\n\
          nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n{merged}",
@@ -192,7 +192,7 @@ fn passwd(root: &Path, boot: &Bootstrap) -> String {
 
 /// root, the sandbox user's group, nogroup, then the image's own groups; `passwd` is the
 /// generated passwd (whose names are the members a host image's groups may keep).
-fn group(etc: &Path, boot: &Bootstrap, passwd: &str) -> String {
+fn group(root: &Path, boot: &Bootstrap, passwd: &str) -> String {
     let name = sandbox_user_name(&boot.spec.user.name);
     let generated = [
         Account {
@@ -213,7 +213,7 @@ fn group(etc: &Path, boot: &Bootstrap, passwd: &str) -> String {
         .filter_map(|l| l.split(':').next())
         .map(str::to_owned)
         .collect();
-    let image = accounts::read_image_db(&etc.join("group")).unwrap_or_default();
+    let image = accounts::read_image_db(root, "group").unwrap_or_default();
     format!(
         "root:x:0:\n{name}:x:{gid}:\nnogroup:x:65534:\n{merged}",
         gid = boot.sandbox_gid,

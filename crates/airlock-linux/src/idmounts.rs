@@ -358,7 +358,12 @@ fn walk(dir: &OwnedFd, path: &Path, found: &mut Vec<Unreadable>) -> Result<(), I
         if entry.file_type() == FileType::Symlink {
             continue;
         }
-        let st = rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW).map_err(err)?;
+        // An entry removed since it was listed (a package upgrade, another process) is nothing
+        // to mask: skip it rather than fail every sandbox start that walks meanwhile.
+        let st = match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+            Err(rustix::io::Errno::NOENT) => continue,
+            other => other.map_err(err)?,
+        };
         let ft = FileType::from_raw_mode(st.st_mode);
         if ft == FileType::Symlink {
             continue;
@@ -372,8 +377,10 @@ fn walk(dir: &OwnedFd, path: &Path, found: &mut Vec<Unreadable>) -> Result<(), I
             });
         } else if is_dir {
             let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-            let sub = rustix::fs::openat(dir, name, flags, Mode::empty())
-                .map_err(|e| scan_err(&child)(e.into()))?;
+            let sub = match rustix::fs::openat(dir, name, flags, Mode::empty()) {
+                Err(rustix::io::Errno::NOENT) => continue,
+                other => other.map_err(|e| scan_err(&child)(e.into()))?,
+            };
             walk(&sub, &child, found)?;
         }
     }
@@ -383,6 +390,46 @@ fn walk(dir: &OwnedFd, path: &Path, found: &mut Vec<Unreadable>) -> Result<(), I
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A host where files come and go during the walk (a package upgrade; seen in CI as a
+    /// failed start: "cannot scan /usr/lib …: No such file or directory") still starts: an
+    /// entry removed between listing and `stat`/`open` is skipped.
+    #[test]
+    fn entries_removed_during_the_walk_do_not_fail_the_scan() {
+        let dir = tempfile::tempdir().unwrap();
+        let top = dir.path().to_path_buf();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let churn = {
+            let (top, stop) = (top.clone(), stop.clone());
+            std::thread::spawn(move || {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    for i in 0..64 {
+                        let _ = std::fs::write(top.join(format!("f{i}")), b"x");
+                        let _ = std::fs::create_dir(top.join(format!("d{i}")));
+                    }
+                    for i in 0..64 {
+                        let _ = std::fs::remove_file(top.join(format!("f{i}")));
+                        let _ = std::fs::remove_dir(top.join(format!("d{i}")));
+                    }
+                }
+            })
+        };
+        let mut failures = Vec::new();
+        for _ in 0..2000 {
+            let mut found = Vec::new();
+            if let Err(e) = walk_top(&top, &mut found) {
+                failures.push(e.to_string());
+            }
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        churn.join().unwrap();
+        assert!(
+            failures.is_empty(),
+            "{} walks failed, e.g. {}",
+            failures.len(),
+            failures[0]
+        );
+    }
 
     #[test]
     fn entries_others_cannot_read_or_enter_are_hidden() {

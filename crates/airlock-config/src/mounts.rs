@@ -3,9 +3,10 @@
 //! Order of checks for each `[[mount]]` (the first failing check is reported; checks of other
 //! mounts continue): name charset → duplicate name → absolute, normalized path → not `/` →
 //! exists, every component a real directory (no symbolic link anywhere, checked with
-//! `lstat` per prefix) → not the home directory → does not contain the home directory →
-//! not, inside, or containing a credential root or an airlock root → no overlap with the
-//! workspace → no overlap with an earlier mount. At most [`MAX_MOUNTS`] entries.
+//! `lstat` per prefix) → not inside `/dev`, `/proc` or `/sys` → not the home directory → does
+//! not contain the home directory → not, inside, or containing a credential root or an
+//! airlock root → no overlap with the workspace → no overlap with an earlier mount. At most
+//! [`MAX_MOUNTS`] entries.
 //!
 //! Why no symlinks at all: a symlink component lets whoever controls it redirect the mapping
 //! after validation (time-of-check/time-of-use), and hides which directory is really mapped.
@@ -91,11 +92,22 @@ pub fn protected_paths(roots: &Roots) -> Vec<PathBuf> {
     out
 }
 
+/// Directories every sandbox has its own of (device nodes, proc, sysfs): a host directory
+/// inside one would be hidden by the sandbox's, or cannot be id-mapped (devtmpfs).
+pub const SANDBOX_OWN: &[&str] = &["/dev", "/proc", "/sys"];
+
 /// Why `path` may not be mapped into a sandbox at all (`/`, the home, a credential or airlock
-/// root, or anything containing one of them), or `None`.
+/// root, anything containing one of them, or anything inside [`SANDBOX_OWN`]), or `None`.
 pub fn sensitive_reason(path: &Path, roots: &Roots) -> Option<String> {
     if path == Path::new("/") {
         return Some("`/` cannot be mapped: it is the whole host".to_owned());
+    }
+    if let Some(own) = SANDBOX_OWN.iter().find(|d| path.starts_with(d)) {
+        return Some(format!(
+            "{} lies inside {own}, which is the sandbox's own (its {own} would hide it); \
+             move the directory elsewhere, e.g. under /tmp or your home",
+            path.display()
+        ));
     }
     let mut homes = vec![roots.home.clone()];
     homes.extend(roots.home.canonicalize().ok());

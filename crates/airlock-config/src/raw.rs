@@ -137,7 +137,8 @@ pub struct RawMount {
     /// Name of the mapping: `[a-z0-9][a-z0-9_-]{0,31}`, unique.
     pub name: String,
     /// Absolute host path of an existing directory with no symbolic link in any component;
-    /// never `/`, the home directory itself, or a credential directory.
+    /// never `/`, the home directory itself, a credential directory, or inside `/dev`, `/proc` or
+    /// `/sys` (the sandbox has its own).
     pub path: String,
     /// Required, no default: whether the sandbox may only read the directory.
     pub read_only: bool,

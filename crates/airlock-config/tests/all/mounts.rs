@@ -305,3 +305,30 @@ fn mounts_after_one_that_fails_to_parse_keep_their_own_index_and_line() {
     assert_eq!(path.line, 7, "{path}");
     assert_eq!(diags.len(), 3, "{diags:?}");
 }
+
+/// `/dev`, `/proc` and `/sys` are the sandbox's own: a host directory there would be hidden
+/// by them (or cannot be id-mapped), so it is refused while the config is read, not when the
+/// command starts (seen: a project under `/dev/shm` failed with "chdir failed").
+#[test]
+fn a_mount_inside_dev_proc_or_sys_is_rejected() {
+    let w = World::new();
+    let shm = tempfile::tempdir_in("/dev/shm").unwrap();
+    let msg = rejected_path(&w, shm.path().to_str().unwrap());
+    assert!(msg.contains("lies inside /dev"), "{msg}");
+    assert!(msg.contains("sandbox's own"), "{msg}");
+    let msg = rejected_path(&w, "/sys/kernel");
+    assert!(msg.contains("inside /sys"), "{msg}");
+}
+
+#[test]
+fn a_project_inside_dev_shm_cannot_be_a_workspace() {
+    use airlock_config::project::{Project, ProjectKind};
+    let w = World::new();
+    let shm = tempfile::tempdir_in("/dev/shm").unwrap();
+    std::fs::create_dir_all(shm.path().join(".airlock")).unwrap();
+    let project = Project::at(shm.path().to_path_buf(), ProjectKind::Airlock);
+    let diags = w.errors(Some(&project));
+    let msg = &find(&diags, "workspace").message;
+    assert!(msg.contains("cannot be a workspace"), "{msg}");
+    assert!(msg.contains("lies inside /dev"), "{msg}");
+}

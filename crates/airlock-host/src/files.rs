@@ -21,21 +21,30 @@ use crate::error::{ErrorKind, HostError};
 use crate::lifecycle::Host;
 use crate::wire::{StartRequest, START_FILE};
 
-/// The record of `name` when it is ready; else exit 1 with the next action.
-pub fn ready(
-    host: &Host,
-    name: &SandboxName,
-    verb: &'static str,
-) -> Result<SandboxRecord, HostError> {
-    crate::lifecycle::ready(host, name, not_ready_code(verb))
+/// The verbs that need a ready sandbox for files and ports; each names its own error code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verb {
+    /// `airlock push`.
+    Push,
+    /// `airlock pull`.
+    Pull,
+    /// `airlock ports`.
+    Ports,
 }
 
-fn not_ready_code(verb: &'static str) -> &'static str {
-    match verb {
-        "push" => "push.not_ready",
-        "pull" => "pull.not_ready",
-        _ => "files.not_ready",
+impl Verb {
+    fn not_ready_code(self) -> &'static str {
+        match self {
+            Verb::Push => "push.not_ready",
+            Verb::Pull => "pull.not_ready",
+            Verb::Ports => "ports.not_ready",
+        }
     }
+}
+
+/// The record of `name` when it is ready; else exit 1 with the next action.
+pub fn ready(host: &Host, name: &SandboxName, verb: Verb) -> Result<SandboxRecord, HostError> {
+    crate::lifecycle::ready(host, name, verb.not_ready_code())
 }
 
 /// Host directories that some recorded sandbox of this user may write: links inside them are

@@ -49,7 +49,7 @@ fn parse_publish(text: &str) -> Result<(u16, u16), String> {
 pub fn run(args: PortsArgs, ctx: &Context) -> Result<Report, HostError> {
     let (name, _) = resolve_name(ctx, args.name.as_deref())?;
     let host = setup(ctx, false)?;
-    let record = airlock_host::files::ready(&host, &name, "ports")?;
+    let record = airlock_host::files::ready(&host, &name, airlock_host::files::Verb::Ports)?;
     let socket = record.paths.runtime_dir.join(SOCKET);
     let mut forwards = ports::request(&socket, &PortsRequest::List)?;
     for port in &args.unpublish {

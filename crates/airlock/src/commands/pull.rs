@@ -45,7 +45,7 @@ pub fn run(args: PullArgs, ctx: &Context) -> Result<Report, HostError> {
     let dest = host_path(args.dest.as_os_str(), &ctx.cwd).map_err(usage)?;
     let (name, _) = resolve_name(ctx, args.name.as_deref())?;
     let host = setup(ctx, false)?;
-    let record = airlock_host::files::ready(&host, &name, "pull")?;
+    let record = airlock_host::files::ready(&host, &name, airlock_host::files::Verb::Pull)?;
     let resolver = Resolver::host(&airlock_host::files::writable_dirs(&host)?);
     let target = resolver
         .target(&dest, &source_name, args.replace)

@@ -41,7 +41,7 @@ pub fn run(args: PushArgs, ctx: &Context) -> Result<Report, HostError> {
     let dest = sandbox_path(&args.dest).map_err(usage)?;
     let (name, _) = resolve_name(ctx, args.name.as_deref())?;
     let host = setup(ctx, false)?;
-    let record = airlock_host::files::ready(&host, &name, "push")?;
+    let record = airlock_host::files::ready(&host, &name, airlock_host::files::Verb::Push)?;
     let resolver = Resolver::host(&airlock_host::files::writable_dirs(&host)?);
     let source = resolver
         .source(&source)

@@ -251,3 +251,16 @@ fn bad_user_config_ports_are_reported_together_before_anything_starts() {
     p.run(&["up", "--no-attach"]).assert_code(2);
     assert_ne!(p.health(), "ready");
 }
+
+/// Each verb names itself in its error code, so scripts can tell which command failed.
+#[test]
+fn ports_of_a_sandbox_that_is_not_up_fail_with_its_own_code() {
+    let p = Project::new();
+    for args in [&["ports"][..], &["push", "Cargo.toml", "/tmp/x"][..]] {
+        let run = p.run(args);
+        run.assert_code(1);
+        let code = format!("error[{}.not_ready]", args[0]);
+        assert!(run.stderr.contains(&code), "{}", run.stderr);
+        assert!(run.stderr.contains("not ready"), "{}", run.stderr);
+    }
+}

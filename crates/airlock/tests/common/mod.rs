@@ -77,6 +77,13 @@ impl Run {
 /// has no record, and nothing is run.
 impl Drop for TestEnv {
     fn drop(&mut self) {
+        self.stop_sandboxes();
+        self.remove_images();
+    }
+}
+
+impl TestEnv {
+    fn stop_sandboxes(&self) {
         let records = self.state_home().join("airlock/lifecycle/sandboxes");
         let Ok(entries) = fs::read_dir(&records) else {
             return;
@@ -94,6 +101,26 @@ impl Drop for TestEnv {
             } else {
                 let _ = self.run_in(&self.home, &args);
             }
+        }
+    }
+
+    /// An image imported by an unprivileged user with subordinate ids is owned by those ids
+    /// (its root is the sandbox's root): that user can only remove it through airlock, as
+    /// `image rm` does. Without this the world's temporary directory outlives the test.
+    fn remove_images(&self) {
+        let Ok(images) = fs::read_dir(self.data_home().join("airlock/images")) else {
+            return;
+        };
+        if nix::unistd::getuid().is_root() {
+            return; // root removes them with the temporary directory
+        }
+        for entry in images.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let Ok(meta) = entry.metadata() else { continue };
+            if name.starts_with('.') || !meta.is_dir() {
+                continue;
+            }
+            let _ = self.run_in(&self.home, &["image", "rm", name.as_str()]);
         }
     }
 }

@@ -73,7 +73,7 @@ pub fn list(roots: &Roots) -> Result<Vec<Result<ImageInfo, StoreError>>, HostErr
     })
 }
 
-/// Removes image `name`; refused while a sandbox record names it.
+/// Removes image `name`; refused while a sandbox record names it or a sandbox holds it.
 pub fn remove(roots: &Roots, name: &str) -> Result<ImageInfo, HostError> {
     let name = parse_name(name)?;
     let Some(store) = Store::open_existing(&roots.data)? else {
@@ -83,6 +83,9 @@ pub fn remove(roots: &Roots, name: &str) -> Result<ImageInfo, HostError> {
         .into());
     };
     let info = store.get(&name)?;
+    // Under the exclusive lock no `up` or `run` can take a hold, and a record `up` wrote while
+    // holding the image is already on disk: the check below cannot miss a new user.
+    let lock = store.lock_for_removal(&name)?;
     let users = sandboxes_using(roots, &info)?;
     if !users.is_empty() {
         return Err(HostError::new(
@@ -96,7 +99,7 @@ pub fn remove(roots: &Roots, name: &str) -> Result<ImageInfo, HostError> {
         .with_hint("run `airlock down` in their projects first (`airlock ls` lists them)"));
     }
     let (runner, _) = runner();
-    Ok(airlock_image::remove(&store, &name, &runner)?)
+    Ok(airlock_image::remove(&store, &name, &lock, &runner)?)
 }
 
 /// Names of recorded sandboxes whose plan names this image (whatever their health: a stopped

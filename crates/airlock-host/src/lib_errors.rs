@@ -309,7 +309,7 @@ impl From<StoreError> for HostError {
                 ErrorKind::Failed,
                 "image.in_use",
                 &e,
-                "let the `airlock run` commands using it end first",
+                "let the `airlock run` and `airlock up` commands using it end first",
             ),
             StoreError::Removing { .. } => make(
                 ErrorKind::Failed,

@@ -9,7 +9,7 @@ use thiserror::Error;
 
 use crate::helper::{run_here, run_in_namespace, HelperError, Job, Reply};
 use crate::name::ImageName;
-use crate::store::{ImageInfo, Ownership, Staging, Store, StoreError};
+use crate::store::{ImageInfo, Ownership, RemovalLock, Staging, Store, StoreError};
 use crate::unpack::UnpackJob;
 
 #[derive(Debug, Error)]
@@ -159,10 +159,16 @@ pub fn import(
     Ok(info)
 }
 
-/// Unpublishes image `name` and deletes its tree. The caller has checked it is unused.
-pub fn remove(store: &Store, name: &ImageName, runner: &Runner) -> Result<ImageInfo, ImportError> {
+/// Unpublishes image `name` and deletes its tree. The caller holds its removal lock and has
+/// checked, under it, that the image is unused.
+pub fn remove(
+    store: &Store,
+    name: &ImageName,
+    lock: &RemovalLock,
+    runner: &Runner,
+) -> Result<ImageInfo, ImportError> {
     let info = store.get(name)?;
-    let dir = store.unpublish(name)?;
+    let dir = store.unpublish(name, lock)?;
     let runner = runner.for_removal(info.ownership);
     delete(&runner, &dir)?;
     Ok(info)

@@ -24,7 +24,7 @@ pub mod unpack;
 
 pub use import::{import, remove, ImportError, ImportRequest, Runner};
 pub use name::ImageName;
-pub use store::{ImageHold, ImageInfo, Ownership, Store, StoreError};
+pub use store::{ImageHold, ImageInfo, Ownership, RemovalLock, Store, StoreError};
 
 /// What a sandbox's plan records for an imported image (compared by L1: a re-imported image
 /// under the same name has another digest, so the plan differs).

@@ -116,6 +116,15 @@ pub struct ImageHold {
     _dir: OwnedFd,
 }
 
+/// The exclusive lock `image rm` takes before it checks that no sandbox uses the image
+/// ([`Store::lock_for_removal`]): while it is held no sandbox can take a hold, so a sandbox
+/// record written under a hold is either seen by that check or never written.
+#[derive(Debug)]
+pub struct RemovalLock {
+    name: String,
+    _dir: OwnedFd,
+}
+
 fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> StoreError + 'a {
     move |source| StoreError::Io {
         op,
@@ -268,15 +277,29 @@ impl Store {
         }
     }
 
-    /// Unpublishes image `name` at once (a rename) and returns the directory left to delete;
-    /// refused while a sandbox holds it ([`Store::hold`]).
-    pub fn unpublish(&self, name: &ImageName) -> Result<PathBuf, StoreError> {
+    /// The exclusive lock on image `name` that [`Store::unpublish`] needs; refused while a
+    /// sandbox holds the image ([`Store::hold`]).
+    pub fn lock_for_removal(&self, name: &ImageName) -> Result<RemovalLock, StoreError> {
         self.get(name)?;
-        let _exclusive = self
+        let held = self
             .lock(name, FlockOperation::NonBlockingLockExclusive)?
             .ok_or_else(|| StoreError::InUse {
                 name: name.to_string(),
             })?;
+        Ok(RemovalLock {
+            name: name.to_string(),
+            _dir: held._dir,
+        })
+    }
+
+    /// Unpublishes image `name` at once (a rename) and returns the directory left to delete;
+    /// the caller holds its [`RemovalLock`] (and has checked, under it, that nothing uses it).
+    pub fn unpublish(&self, name: &ImageName, lock: &RemovalLock) -> Result<PathBuf, StoreError> {
+        if lock.name != name.as_str() {
+            return Err(StoreError::InUse {
+                name: name.to_string(),
+            });
+        }
         let to = self.fresh_name(".remove");
         let from = self.dir.join(name.as_str());
         std::fs::rename(&from, &to).map_err(io_err("unpublish", &from))?;

@@ -361,10 +361,14 @@ fn fault_hook(stream: &std::os::unix::net::UnixStream) {
     }
 }
 
-/// A hold on the imported image a run uses (none for other images), taken before the sandbox
-/// starts and kept until the run ends, so `image rm` cannot take its tree away meanwhile (a
-/// sandbox of `up` is found through its record instead).
-fn hold_image(roots: &Roots, image: &Image) -> Result<Option<airlock_image::ImageHold>, HostError> {
+/// A hold on the imported image a sandbox uses (none for other images), taken before the
+/// sandbox starts and kept until a run ends (or `up` has written its record and finished), so
+/// `image rm` cannot take its tree away meanwhile; a persistent sandbox is then found through
+/// its record.
+pub fn hold_image(
+    roots: &Roots,
+    image: &Image,
+) -> Result<Option<airlock_image::ImageHold>, HostError> {
     let Image::Imported(i) = image else {
         return Ok(None);
     };

@@ -5,7 +5,7 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use airlock_image::{
-    import, remove, ImageName, ImportError, ImportRequest, Ownership, Runner, Store,
+    import, remove, ImageName, ImportError, ImportRequest, Ownership, Runner, Store, StoreError,
 };
 
 use crate::archives::{docker_save, gzip, oci_layout, oci_layout_with, sha, tar, E};
@@ -427,8 +427,41 @@ fn removal_deletes_the_image_and_its_tree() {
     .unwrap();
     let store = Store::open(&w.data).unwrap();
     let (r, _) = runner();
-    remove(&store, &ImageName::parse("gone").unwrap(), &r).unwrap();
+    let name = ImageName::parse("gone").unwrap();
+    let lock = store.lock_for_removal(&name).unwrap();
+    remove(&store, &name, &lock, &r).unwrap();
     w.assert_empty_store();
+}
+
+/// `image rm` checks the sandbox records under its exclusive lock, and a sandbox being
+/// created holds the image (shared) from before its record is written: one of the two is
+/// refused, so a record can never appear between the check and the removal.
+#[test]
+fn a_held_image_cannot_be_locked_for_removal_nor_a_locked_one_held() {
+    let w = world();
+    w.import("busy", &tar(&[E::File("f", b"x", 0o644)]))
+        .unwrap();
+    let store = Store::open(&w.data).unwrap();
+    let name = ImageName::parse("busy").unwrap();
+    let hold = store.hold(&name).unwrap();
+    let second = store.hold(&name).unwrap();
+    assert!(matches!(
+        store.lock_for_removal(&name),
+        Err(StoreError::InUse { .. })
+    ));
+    drop((hold, second));
+    let lock = store.lock_for_removal(&name).unwrap();
+    assert!(matches!(
+        store.hold(&name),
+        Err(StoreError::Removing { .. })
+    ));
+    let (r, _) = runner();
+    remove(&store, &name, &lock, &r).unwrap();
+    drop(lock);
+    assert!(matches!(
+        store.hold(&name),
+        Err(StoreError::NotFound { .. })
+    ));
 }
 
 #[test]

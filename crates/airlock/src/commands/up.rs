@@ -78,6 +78,8 @@ pub fn run(args: UpArgs, ctx: &Context) -> Result<Report, HostError> {
     airlock_host::sessions::detach_key(&effective)?;
     let steps = provision::plan(&effective, &roots)?;
     let mut spec = airlock_host::run::build_spec(&effective, false)?;
+    // Until this `up` ends (its record written), `image rm` of the image is refused.
+    let _image = airlock_host::run::hold_image(&roots, &spec.image)?;
     airlock_host::egress::attach(&mut spec, &effective.network, &roots.data)?;
     // Validation is over: the agent's directories and a clone-mode workspace's clone.
     let agents = airlock_host::agents::prepare(&effective, &roots, name.as_str(), &mut spec);

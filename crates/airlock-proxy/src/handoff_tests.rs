@@ -25,10 +25,15 @@ const DENIED: &str = "denied.handoff.test";
 /// A proxy on a Unix socket in a fresh directory, allowing `ALLOWED:port`, with the handoff
 /// peer check off when `trust_any` (the test process is no sandbox's PID 1).
 async fn start(port: u16, trust_any: bool) -> (tempfile::TempDir, ProxyHandle) {
+    start_allowing(&format!("{ALLOWED}:{port}"), trust_any).await
+}
+
+/// [`start`] with one allow rule for `pattern`.
+async fn start_allowing(pattern: &str, trust_any: bool) -> (tempfile::TempDir, ProxyHandle) {
     let tmp = tempfile::tempdir().unwrap();
     let rule = Rule {
         action: Action::Allow,
-        pattern: HostPattern::parse(&format!("{ALLOWED}:{port}")).unwrap(),
+        pattern: HostPattern::parse(pattern).unwrap(),
         origin: RuleOrigin::User,
     };
     let loopback = "127.0.0.1".parse().unwrap();
@@ -284,5 +289,100 @@ async fn many_concurrent_handed_over_connections_are_all_served() {
         let got = task.await.unwrap();
         assert!(got.ends_with("upstream says hi"), "{got}");
     }
+    proxy.shutdown().await;
+}
+
+/// Deterministic bytes that differ at every offset modulo a prime, so a lost, repeated or
+/// reordered chunk shows.
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len).map(|i| (i % 251) as u8 ^ seed).collect()
+}
+
+/// A raw TCP upstream: reads everything the client sends until its half-close, checks it is
+/// `expect_up`, then sends `down` and closes.
+async fn bulk_upstream(expect_up: Vec<u8>, down: Vec<u8>) -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        let (mut s, _) = listener.accept().await.unwrap();
+        let mut got = Vec::new();
+        s.read_to_end(&mut got).await.unwrap();
+        assert!(
+            got == expect_up,
+            "the upstream got {} bytes, not the ones sent",
+            got.len()
+        );
+        s.write_all(&down).await.unwrap();
+        s.shutdown().await.unwrap();
+    });
+    port
+}
+
+/// The first audit line of `method`, waiting for it to be written (a tunnel's line is written
+/// once both directions ended, which may be just after the client saw the end).
+async fn audit_line(dir: &Path, method: &str) -> crate::audit::AuditEntry {
+    for _ in 0..500 {
+        let text = std::fs::read_to_string(dir.join("audit.jsonl")).unwrap_or_default();
+        let found = text
+            .lines()
+            .filter_map(|l| serde_json::from_str::<crate::audit::AuditEntry>(l).ok())
+            .find(|e| e.method == method);
+        if let Some(entry) = found {
+            return entry;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("no {method} line in the audit log");
+}
+
+#[tokio::test]
+async fn a_large_tunnel_through_a_handed_over_connection_is_byte_exact_half_closes_and_is_audited_to_the_byte(
+) {
+    const UP: usize = 3 << 20;
+    const DOWN: usize = 24 << 20;
+    let (up, down) = (pattern(UP, 0x5a), pattern(DOWN, 0xa5));
+    let port = bulk_upstream(up.clone(), down.clone()).await;
+    let (tmp, proxy) = start_allowing(&format!("127.0.0.1:{port}"), true).await;
+    let channel = channel(tmp.path()).await.expect("channel refused");
+    let (client, accepted) = tcp_pair().await;
+    hand_over(&channel, accepted).await;
+    let (mut rd, mut wr) = client.into_split();
+    let connect = format!("CONNECT 127.0.0.1:{port} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n");
+    wr.write_all(connect.as_bytes()).await.unwrap();
+    let mut head = Vec::new();
+    while !head.ends_with(b"\r\n\r\n") {
+        let mut byte = [0u8; 1];
+        assert_eq!(
+            rd.read(&mut byte).await.unwrap(),
+            1,
+            "closed before the answer"
+        );
+        head.push(byte[0]);
+    }
+    assert!(
+        head.starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&head)
+    );
+    // The upstream answers only after the client's half-close reached it through the tunnel.
+    let writer = tokio::spawn(async move {
+        wr.write_all(&up).await.unwrap();
+        wr.shutdown().await.unwrap();
+        wr
+    });
+    let mut got = Vec::with_capacity(DOWN);
+    tokio::time::timeout(Duration::from_secs(60), rd.read_to_end(&mut got))
+        .await
+        .expect("the download did not end")
+        .unwrap();
+    let _wr = writer.await.unwrap();
+    assert_eq!(got.len(), DOWN);
+    assert!(
+        got == down,
+        "the downloaded bytes differ from the upstream's"
+    );
+    let entry = audit_line(tmp.path(), "CONNECT").await;
+    assert_eq!((entry.bytes_up, entry.bytes_down), (UP as u64, DOWN as u64));
+    assert_eq!(entry.status, 200);
     proxy.shutdown().await;
 }

@@ -303,4 +303,8 @@ pub struct Effective {
     pub cache: Sourced<CacheScope>,
     /// `[[ports]]` (user config only): forwards published on every `up`.
     pub ports: Vec<crate::ports::PublishedPort>,
+    /// `backend` (user config only): what `up` and `run` create sandboxes with.
+    pub backend: Sourced<crate::backend::BackendKind>,
+    /// `[vm]` (user config only).
+    pub vm: crate::backend::VmSettings,
 }

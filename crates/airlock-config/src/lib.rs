@@ -7,6 +7,7 @@
 //! See `docs/architecture.md` for the contracts.
 
 mod agent_defs;
+pub mod backend;
 pub mod agent_sync;
 pub mod agents;
 pub mod beneath;

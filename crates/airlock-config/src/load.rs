@@ -298,6 +298,8 @@ pub fn load(req: &LoadRequest<'_>) -> Result<Effective, ConfigErrors> {
     let tools = toolchain::tools(user.as_ref(), req.roots, &taken, d);
     let cache = toolchain::cache_scope(user.as_ref());
     let ports = crate::ports::validate(user.as_ref(), d);
+    let backend = crate::backend::backend(user.as_ref(), d);
+    let vm = crate::backend::vm(user.as_ref(), d);
 
     if !diags.is_empty() {
         sort_diagnostics(&mut diags, req);
@@ -333,6 +335,8 @@ pub fn load(req: &LoadRequest<'_>) -> Result<Effective, ConfigErrors> {
         tools,
         cache,
         ports,
+        backend,
+        vm,
     })
 }
 

@@ -18,7 +18,7 @@ use toml_edit::{ImDocument, Item, TableLike};
 use crate::diagnostics::{key_segment, Diagnostic, LineIndex};
 use crate::raw::{
     RawAgentSettings, RawCache, RawConfig, RawEnv, RawHostPort, RawMount, RawNetwork, RawPort,
-    RawTool, RawUnprotect, AGENT_KEYS, CACHE_KEYS, CONFIG_KEYS, ENV_KEYS, HOST_PORT_KEYS,
+    RawTool, RawUnprotect, RawVm, AGENT_KEYS, CACHE_KEYS, CONFIG_KEYS, ENV_KEYS, HOST_PORT_KEYS,
     MOUNT_KEYS, NETWORK_KEYS, PORT_KEYS, TOOL_KEYS, UNPROTECT_KEYS,
 };
 
@@ -421,6 +421,20 @@ impl Walker<'_> {
                 });
             }
         }
+        if self.allowed_here(root, "", "backend", "the sandbox backend (`backend`)") {
+            raw.backend = self.leaf(root, "", "backend");
+        }
+        if self.allowed_here(root, "", "vm", "vm backend settings (`[vm]`)") {
+            if let Some(t) = root.get("vm").and_then(|i| self.table(i, "vm")) {
+                self.keys(t, "vm", crate::raw::VM_KEYS);
+                raw.vm = Some(RawVm {
+                    accel: self.leaf(t, "vm", "accel"),
+                    kernel: self.leaf(t, "vm", "kernel"),
+                    qemu: self.leaf(t, "vm", "qemu"),
+                    memory_overhead_mb: self.leaf(t, "vm", "memory_overhead_mb"),
+                });
+            }
+        }
         if self.allowed_here(root, "", "ports", "published ports (`[[ports]]`)") {
             if let Some(item) = root.get("ports") {
                 for (index, (p, t)) in self.tables(item, "ports").into_iter().enumerate() {
@@ -715,6 +729,7 @@ guest = 3000
         assert_eq!(set(ENV_KEYS), schema_keys::<RawEnv>());
         assert_eq!(set(TOOL_KEYS), schema_keys::<RawTool>());
         assert_eq!(set(CACHE_KEYS), schema_keys::<RawCache>());
+        assert_eq!(set(crate::raw::VM_KEYS), schema_keys::<RawVm>());
         assert_eq!(set(PORT_KEYS), schema_keys::<RawPort>());
     }
 

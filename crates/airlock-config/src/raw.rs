@@ -76,6 +76,30 @@ pub struct RawConfig {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 32))]
     pub ports: Vec<RawPort>,
+    /// User config only. Backend of the sandboxes `up` and `run` create: `"linux"` (default:
+    /// namespaces on the host's kernel) or `"vm"` (a QEMU microVM with its own kernel; see
+    /// `[vm]`). `--backend` overrides it for one command.
+    pub backend: Option<String>,
+    /// User config only. Settings of the `vm` backend.
+    pub vm: Option<RawVm>,
+}
+
+/// `[vm]` (user config only): how the `vm` backend runs its microVMs.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawVm {
+    /// Accelerator: `"auto"` (default: KVM when a probe boot succeeds, else a refusal naming
+    /// the reason), `"kvm"`, or `"tcg"` (QEMU's emulator: correct, many times slower).
+    pub accel: Option<String>,
+    /// Absolute path of a kernel directory `scripts/fetch-vm-kernel` unpacked (default: the
+    /// newest under `$XDG_CACHE_HOME/airlock/vm-kernel`).
+    pub kernel: Option<String>,
+    /// Absolute path of `qemu-system-x86_64` (default: the one on `PATH`).
+    pub qemu: Option<String>,
+    /// MiB the monitor itself may use beyond the guest's RAM (`memory_mb`); the sandbox's
+    /// cgroup limit is the sum (default 256, 64 to 4096).
+    #[schemars(range(min = 64, max = 4096))]
+    pub memory_overhead_mb: Option<u64>,
 }
 
 /// `[[ports]]` (user config only): a forward from host `127.0.0.1:host` to sandbox port `guest`.
@@ -297,7 +321,11 @@ pub(crate) const CONFIG_KEYS: &[&str] = &[
     "tool",
     "cache",
     "ports",
+    "backend",
+    "vm",
 ];
+/// Keys of [`RawVm`].
+pub(crate) const VM_KEYS: &[&str] = &["accel", "kernel", "qemu", "memory_overhead_mb"];
 /// Keys of [`RawEnv`].
 pub(crate) const ENV_KEYS: &[&str] = &["vars", "path_prepend"];
 /// Keys of [`RawTool`].

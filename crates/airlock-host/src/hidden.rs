@@ -33,6 +33,10 @@ pub fn dispatch(args: &[OsString]) -> Option<i32> {
     }
     // The host-side owner of a persistent sandbox (`airlock up`); see crate::lifecycle.
     if verb == crate::wire::KEEPER_VERB && args.len() == 3 {
+        // A `vm` sandbox's owner keeps the same verb (and so the same proofs).
+        if crate::vm::keeper::is_vm(std::path::Path::new(&args[2])) {
+            return Some(crate::vm::keeper::main(args));
+        }
         return Some(crate::lifecycle::keeper::main(args));
     }
     // An unprivileged image import, inside a user namespace mapped like a sandbox's.

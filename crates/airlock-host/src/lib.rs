@@ -17,6 +17,7 @@
 //! - [`sessions`]: the persistent sessions of a sandbox (S1–S4): the default session's spec
 //!   and the list/kill/ensure requests to the guest.
 //! - [`hidden`]: the hidden verbs (`__init`, `__keeper`, `__proxy`) as library functions.
+//! - [`vm`]: the `vm` backend on the host (its checks, its keeper, `run` in a VM).
 //! - [`wire`]: every message between two airlock processes on the host (keeper, proxy child).
 //!
 //! This crate never parses a command line, prints a result or decides an exit code: failures
@@ -37,6 +38,7 @@ pub mod project;
 pub mod provision;
 pub mod run;
 pub mod sessions;
+pub mod vm;
 pub mod wire;
 
 pub use error::{ErrorKind, HostError};

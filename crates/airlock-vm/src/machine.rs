@@ -57,6 +57,21 @@ pub struct MachineSpec {
     pub shares: Vec<HostShare>,
     /// The egress proxy's Unix socket: every stream the guest opens is connected to it.
     pub egress_socket: Option<PathBuf>,
+    /// Who QEMU runs as and where it is accounted.
+    pub monitor: MonitorExec,
+}
+
+/// What QEMU's process gets before it runs (`airlock_linux::sys::monitor`): it always dies
+/// with the process that started it (`PR_SET_PDEATHSIG`, from the spawning thread) and runs
+/// with `no_new_privs`.
+#[derive(Debug, Clone, Default)]
+pub struct MonitorExec {
+    /// The sandbox cgroup's join files (`airlock_linux::cgroup::JoinFds::raw`), written by
+    /// the child before it drops its rights: QEMU is inside the cgroup from its first
+    /// instruction. They must stay open until [`Machine::boot`] returns.
+    pub join: Vec<std::os::fd::RawFd>,
+    /// Run QEMU as this uid and gid (no supplementary groups) instead of the caller.
+    pub identity: Option<(u32, u32)>,
 }
 
 /// Starting or stopping the VM failed.
@@ -202,11 +217,18 @@ impl Machine {
             .map_err(io_err("configure", &socket))?;
         let log_file = File::create(&log).map_err(io_err("create", &log))?;
         let started = Instant::now();
-        let mut child = Command::new(&spec.qemu)
+        let mut command = Command::new(&spec.qemu);
+        command
             .args(qemu_args(spec, &socket, &console))
             .stdin(Stdio::null())
             .stdout(log_file.try_clone().map_err(io_err("open", &log))?)
-            .stderr(log_file)
+            .stderr(log_file);
+        // The cgroup first, while the child still has the caller's rights to its files.
+        if !spec.monitor.join.is_empty() {
+            airlock_linux::sys::fd::join_before_exec(&mut command, spec.monitor.join.clone());
+        }
+        airlock_linux::sys::monitor::before_exec(&mut command, spec.monitor.identity);
+        let mut child = command
             .spawn()
             .map_err(|source| MachineError::Spawn {
                 qemu: spec.qemu.clone(),
@@ -349,6 +371,11 @@ impl Machine {
         self.child.id()
     }
 
+    /// QEMU's exit status, once it has exited (reaped here); `None` while it runs.
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
     /// The directory holding the console log.
     pub fn dir(&self) -> &Path {
         &self.dir
@@ -441,6 +468,7 @@ mod tests {
             dir: dir.path().to_path_buf(),
             shares: Vec::new(),
             egress_socket: None,
+            monitor: MonitorExec::default(),
         };
         let config = GuestConfig {
             version: BOOT_VERSION,

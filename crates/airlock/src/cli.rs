@@ -27,6 +27,11 @@ pub struct Cli {
     #[arg(long, global = true)]
     pub json: bool,
 
+    /// Backend of the sandboxes `up` and `run` create: linux (namespaces) or vm (a QEMU
+    /// microVM with its own kernel); overrides `backend` in the user config
+    #[arg(long, global = true, value_name = "NAME", value_parser = ["linux", "vm"])]
+    pub backend: Option<String>,
+
     #[command(subcommand)]
     pub command: Command,
 }

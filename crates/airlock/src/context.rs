@@ -17,13 +17,15 @@ use crate::error::{ErrorKind, HostError};
 pub struct Context {
     /// `--json` was given: the result is one JSON document on stdout.
     pub json: bool,
+    /// `--backend`, when given (`up` and `run` use it).
+    pub backend: Option<String>,
     pub cwd: PathBuf,
     pub stdin_is_terminal: bool,
     pub stdout_is_terminal: bool,
 }
 
 impl Context {
-    pub fn from_process(json: bool) -> Result<Self, HostError> {
+    pub fn from_process(json: bool, backend: Option<String>) -> Result<Self, HostError> {
         let cwd = std::env::current_dir().map_err(|e| {
             HostError::new(
                 ErrorKind::Internal,
@@ -34,6 +36,7 @@ impl Context {
         })?;
         Ok(Self {
             json,
+            backend,
             cwd,
             stdin_is_terminal: std::io::stdin().is_terminal(),
             stdout_is_terminal: std::io::stdout().is_terminal(),

@@ -374,7 +374,18 @@ fn up_locked<B: Backend>(
         cleaned.cleaned.push((req.name.clone(), health, freed));
     }
     if let Some(rec) = stores.record(&req.name)? {
-        let differences = diff_plans(&rec.data.plan, &req.plan);
+        let mut differences = diff_plans(&rec.data.plan, &req.plan);
+        // Another backend is another sandbox, however alike the plans.
+        if rec.data.backend != backend.name() {
+            differences.insert(
+                0,
+                crate::lifecycle::PlanDifference {
+                    field: "backend".into(),
+                    recorded: rec.data.backend.clone(),
+                    planned: backend.name().into(),
+                },
+            );
+        }
         if differences.is_empty() {
             return Ok((rec.data, true, cleaned));
         }

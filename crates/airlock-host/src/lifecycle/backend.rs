@@ -75,6 +75,9 @@ pub struct LinuxData {
 pub struct LinuxBackend {
     pub state_root: PathBuf,
     pub runtime_root: PathBuf,
+    /// `Some`: sandboxes this backend creates are `vm` sandboxes (`crate::vm`): the same
+    /// keeper contract, records and proofs, a VM behind it. Every other step is the same.
+    pub vm: Option<crate::vm::VmSettings>,
 }
 
 fn io_err<'a>(
@@ -262,7 +265,11 @@ impl Backend for LinuxBackend {
     type Spec = SandboxSpec;
 
     fn name(&self) -> &'static str {
-        "linux"
+        if self.vm.is_some() {
+            "vm"
+        } else {
+            "linux"
+        }
     }
 
     fn prepare(&self, record: &SandboxRecord, spec: &SandboxSpec) -> Result<(), BackendError> {
@@ -284,6 +291,9 @@ impl Backend for LinuxBackend {
             runtime_dir: record.paths.runtime_dir.clone(),
             egress,
         };
+        if let Some(settings) = &self.vm {
+            crate::vm::write_start(&record.paths.state_dir, settings)?;
+        }
         let path = record.paths.state_dir.join(START_FILE);
         let bytes = serde_json::to_vec(&request).map_err(|source| BackendError::Encode {
             what: "the start request",

@@ -56,7 +56,7 @@ use crate::wire::{
 };
 
 /// How long a client has to send its mode byte (and request) before it is dropped.
-const CLIENT_PREAMBLE: Duration = Duration::from_secs(5);
+pub(crate) const CLIENT_PREAMBLE: Duration = Duration::from_secs(5);
 
 /// Entry point of the hidden verb; returns the exit status.
 pub fn main(args: &[OsString]) -> i32 {
@@ -111,11 +111,11 @@ pub fn main(args: &[OsString]) -> i32 {
     i32::from(note.is_some())
 }
 
-fn ms(d: Duration) -> u64 {
+pub(crate) fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-fn report_line(report: &KeeperReport) -> std::io::Result<()> {
+pub(crate) fn report_line(report: &KeeperReport) -> std::io::Result<()> {
     let mut line = serde_json::to_vec(report).map_err(std::io::Error::other)?;
     line.push(b'\n');
     let mut out = std::io::stdout().lock();
@@ -124,19 +124,19 @@ fn report_line(report: &KeeperReport) -> std::io::Result<()> {
 }
 
 /// A failure of the keeper's own steps (its start request, its socket, the proxy), for `up`.
-fn failed(code: &'static str, message: impl Into<String>) -> KeeperReport {
+pub(crate) fn failed(code: &'static str, message: impl Into<String>) -> KeeperReport {
     reported(HostError::internal(code, message).with_hint(
         "read the keeper's log in the sandbox's state directory; if it shows nothing, this is a bug in airlock",
     ))
 }
 
 /// A classified host failure (the limits, the sandbox's start), with its own code and hint.
-fn reported(e: HostError) -> KeeperReport {
+pub(crate) fn reported(e: HostError) -> KeeperReport {
     KeeperReport::new(KeeperOutcome::Failed(crate::error::to_start_failure(e)))
 }
 
 /// The egress proxy child, shared by the supervision loop and reload requests.
-type SharedProxy = Arc<Mutex<Option<ProxySupervisor>>>;
+pub(crate) type SharedProxy = Arc<Mutex<Option<ProxySupervisor>>>;
 
 type Started = (Sandbox, RunCgroup, UnixListener, u32, SharedProxy);
 
@@ -218,7 +218,7 @@ fn start(state_dir: &Path) -> Result<Started, KeeperReport> {
 }
 
 /// Creates the egress directory (CA bundle) and starts the proxy child, when the sandbox has one.
-fn start_egress(req: &StartRequest) -> Result<SharedProxy, KeeperReport> {
+pub(crate) fn start_egress(req: &StartRequest) -> Result<SharedProxy, KeeperReport> {
     let Some(egress) = &req.egress else {
         return Ok(Arc::new(Mutex::new(None)));
     };
@@ -239,7 +239,7 @@ fn start_egress(req: &StartRequest) -> Result<SharedProxy, KeeperReport> {
 }
 
 /// Moves the proxy child (if any) into the sandbox's cgroup.
-fn join_proxy(proxy: &SharedProxy, cgroup: &RunCgroup) -> Result<(), HostError> {
+pub(crate) fn join_proxy(proxy: &SharedProxy, cgroup: &RunCgroup) -> Result<(), HostError> {
     let slot = proxy.lock().unwrap_or_else(|p| p.into_inner());
     match slot.as_ref() {
         Some(sup) => cgroup.join(sup.pid()).map_err(|e| {
@@ -255,7 +255,7 @@ fn join_proxy(proxy: &SharedProxy, cgroup: &RunCgroup) -> Result<(), HostError> 
 }
 
 /// Waits for the proxy started by [`start_egress`] to serve.
-fn proxy_ready(proxy: &SharedProxy) -> Result<(), KeeperReport> {
+pub(crate) fn proxy_ready(proxy: &SharedProxy) -> Result<(), KeeperReport> {
     let mut slot = proxy.lock().unwrap_or_else(|p| p.into_inner());
     match slot.as_mut() {
         Some(sup) => sup
@@ -267,7 +267,7 @@ fn proxy_ready(proxy: &SharedProxy) -> Result<(), KeeperReport> {
 
 /// Restarts the proxy child when it died (the sandbox is offline meanwhile: fail closed); the
 /// new child joins the sandbox's cgroup, or is stopped again (and retried) when it cannot.
-fn supervise(proxy: &SharedProxy, cgroup: &RunCgroup) {
+pub(crate) fn supervise(proxy: &SharedProxy, cgroup: &RunCgroup) {
     // A reload in progress holds the lock (bounded by the supervisor's answer timeout): never
     // stall the serve loop behind it; the next tick looks again.
     let mut slot = match proxy.try_lock() {
@@ -302,7 +302,7 @@ fn supervise(proxy: &SharedProxy, cgroup: &RunCgroup) {
 }
 
 /// Answers a reload request: `ok` once the proxy applies the current policy and secrets.
-fn reload(mut conn: UnixStream, proxy: &SharedProxy) -> std::io::Result<()> {
+pub(crate) fn reload(mut conn: UnixStream, proxy: &SharedProxy) -> std::io::Result<()> {
     let answer = {
         let mut slot = proxy.lock().unwrap_or_else(|p| p.into_inner());
         match slot.as_mut() {
@@ -506,19 +506,29 @@ fn serve_client(
 /// until the process ends, so it keeps running after `exec -d` returned. The client is told
 /// `started` once the guest reports the process started, or `error` when it could not.
 fn run_detached(conn: UnixStream, control: &OwnedFd, key: [u8; 32]) -> std::io::Result<()> {
-    use airlock_protocol::{host_handshake, read_packet, Message, Packet, VersionRange};
     let mut reader = BufReader::new(conn.try_clone()?);
     let mut line = String::new();
     reader.read_line(&mut line)?;
-    let mut conn = conn;
+    let stream = airlock_protocol::open_stream(control.as_fd()).map_err(std::io::Error::other)?;
+    drop(reader);
+    detached_on(conn, &line, stream, key)
+}
+
+/// [`run_detached`] on a stream to the guest the caller opened (the `vm` backend's come
+/// through its channel multiplexer), once the request `line` was read from the client.
+pub(crate) fn detached_on(
+    mut conn: UnixStream,
+    line: &str,
+    mut stream: UnixStream,
+    key: [u8; 32],
+) -> std::io::Result<()> {
+    use airlock_protocol::{host_handshake, read_packet, Message, Packet, VersionRange};
     let mut reply = |answer: KeeperAnswer| send_answer(&mut conn, &answer);
     let error = |message: String| KeeperAnswer::Error { message };
     let request: ExecRequest = match serde_json::from_str(line.trim()) {
         Ok(r) => r,
         Err(e) => return reply(error(format!("bad request: {e}"))),
     };
-    let mut stream =
-        airlock_protocol::open_stream(control.as_fd()).map_err(std::io::Error::other)?;
     if let Err(e) = host_handshake(&mut stream, &Key::from_bytes(key), VersionRange::CURRENT) {
         return reply(error(e.to_string()));
     }
@@ -570,7 +580,7 @@ fn teardown(sandbox: Sandbox, cgroup: RunCgroup, listener: &UnixListener) {
 }
 
 /// A warning of the limits code, into the keeper's log (its stderr).
-fn keeper_warning(message: &str) {
+pub(crate) fn keeper_warning(message: &str) {
     eprintln!("airlock: warning: {message}");
 }
 

@@ -96,6 +96,7 @@ impl Host {
         let backend = LinuxBackend {
             state_root: roots.state.clone(),
             runtime_root: roots.runtime.clone(),
+            vm: None,
         };
         let runs = if mutating {
             runs::sweep(&roots.state)

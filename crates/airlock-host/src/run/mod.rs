@@ -164,7 +164,7 @@ impl EphemeralRun {
 /// The ephemeral sandbox's egress proxy (N1), started on the first connection
 /// (`egress::lazy`), stopped and its directory removed on drop; the run's state directory
 /// (its audit log, created right before the proxy starts) is retired after the proxy is gone.
-struct RunEgress {
+pub(crate) struct RunEgress {
     dir: std::path::PathBuf,
     proxy: Option<crate::egress::lazy::LazyProxy>,
     /// `<state>/runs/<id>` and `<state>/run-logs`, until retired (the first exists only when
@@ -225,7 +225,7 @@ impl Drop for RunEgress {
 /// cgroup (`join`). The audit log goes to `<state>/runs/<id>/audit.jsonl`, whose directory is
 /// created (with its own owner marker) right before the proxy starts; the run retires it when
 /// it ends (see `lifecycle::runs`).
-fn start_egress(
+pub(crate) fn start_egress(
     roots: &Roots,
     project_root: Option<PathBuf>,
     spec: &mut SandboxSpec,

@@ -8,6 +8,7 @@ pub mod fork;
 pub mod idmount;
 pub mod janitor;
 pub mod mem;
+pub mod monitor;
 pub mod net;
 pub mod probe;
 pub mod process;

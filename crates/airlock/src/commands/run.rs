@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use airlock_host::config::load_effective;
 use airlock_host::run::{build_spec, refuse_clone_mode, resolve_workdir, EphemeralRun, Phases};
+use airlock_host::vm::run::VmRun;
 use airlock_protocol::{ExecRequest, Key};
 use airlock_term::stream::run_stream;
 use clap::Args;
@@ -59,6 +60,7 @@ pub fn run(args: RunArgs, ctx: &Context) -> Result<Report, HostError> {
     airlock_host::egress::attach(&mut spec, &effective.network, &roots.data)?;
     let cwd = resolve_workdir(args.cmd.workdir.as_deref(), &ctx.cwd, &spec)?;
     let request = args.cmd.request(&args.command, env, &cwd)?;
+    let vm = airlock_host::vm::selected(ctx.backend.as_deref(), &effective, &spec, &roots)?;
 
     phases.done("validate");
     // From here on a Ctrl+C (or TERM/HUP/QUIT) is CMD's: held until CMD exists, then forwarded;
@@ -72,6 +74,34 @@ pub fn run(args: RunArgs, ctx: &Context) -> Result<Report, HostError> {
 
     // 3.–5.
     let project_root = effective.project.as_ref().map(|p| p.root.clone());
+    if let Some(settings) = vm {
+        let vm = VmRun::start(
+            &roots,
+            project_root,
+            &mut spec,
+            &settings,
+            &mut phases,
+            print_warning,
+        )?;
+        let outcome = vm.open_stream().and_then(|stream| {
+            let key = Key::from_bytes(vm.key());
+            run_stream(stream, &key, &request, args.cmd.interactive)
+                .map_err(|e| untrusted(e.into()))
+        });
+        phases.done("guest+exec");
+        let oom = vm.out_of_memory();
+        if vm.finish(&mut phases) {
+            print_warning("QEMU did not stop within 5 s and was killed");
+        }
+        if let Some(oom) = oom {
+            eprintln!("airlock: {oom}");
+        }
+        std::process::exit(match (outcome, oom) {
+            (Ok(status), _) => status,
+            (Err(_), Some(_)) => 137,
+            (Err(e), None) => return Err(e),
+        })
+    }
     let mut sandbox =
         EphemeralRun::start(&roots, project_root, &mut spec, &mut phases, print_warning)?;
     let outcome = exec_in(&mut sandbox, &request, args.cmd.interactive);

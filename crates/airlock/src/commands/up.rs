@@ -81,6 +81,7 @@ pub fn run(args: UpArgs, ctx: &Context) -> Result<Report, HostError> {
     // Until this `up` ends (its record written), `image rm` of the image is refused.
     let _image = airlock_host::run::hold_image(&roots, &spec.image)?;
     airlock_host::egress::attach(&mut spec, &effective.network, &roots.data)?;
+    let vm = airlock_host::vm::selected(ctx.backend.as_deref(), &effective, &spec, &roots)?;
     // Validation is over: the agent's directories and a clone-mode workspace's clone.
     let agents = airlock_host::agents::prepare(&effective, &roots, name.as_str(), &mut spec);
     notes.extend(agents?);
@@ -90,7 +91,8 @@ pub fn run(args: UpArgs, ctx: &Context) -> Result<Report, HostError> {
     let plan = plan_summary(&spec);
 
     let cancel = CtrlC::install();
-    let setup = setup(ctx, true)?;
+    let mut setup = setup(ctx, true)?;
+    setup.backend.vm = vm;
     let request = UpRequest {
         name: name.clone(),
         project_root: project.root.clone(),

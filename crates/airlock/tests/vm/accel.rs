@@ -43,6 +43,7 @@ fn vm_auto_accel_takes_kvm_only_after_a_probe_boot_and_says_why_not() {
             writable: false,
         }],
         egress_socket: None,
+        monitor: Default::default(),
     };
     let started = Instant::now();
     let mut probe_result = None;

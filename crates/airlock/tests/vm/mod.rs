@@ -130,6 +130,7 @@ pub fn boot_sized(
         dir: dir.path().to_path_buf(),
         shares: host_shares,
         egress_socket: egress.clone(),
+        monitor: Default::default(),
     };
     let key = Key::generate().unwrap();
     let config = GuestConfig {

@@ -436,6 +436,27 @@ mod tests {
     use super::*;
     use crate::limits::{Host, Limits};
 
+    /// A guest configuration for monitors that never read it.
+    fn test_config() -> GuestConfig {
+        GuestConfig {
+            version: BOOT_VERSION,
+            key: String::new(),
+            hostname: "h".into(),
+            user: crate::boot::GuestUser {
+                name: "u".into(),
+                uid: 1000,
+                gid: 1000,
+                home: "/".into(),
+            },
+            env: Vec::new(),
+            root_allowed: false,
+            usr_tag: String::new(),
+            shares: Vec::new(),
+            protect: Vec::new(),
+            egress_port: None,
+        }
+    }
+
     /// A monitor that connects to the channel, closes it, says why on stderr and exits a
     /// moment later (as a QEMU that aborts does): the error is its exit with its log, not a
     /// timeout with nothing to go on.
@@ -470,25 +491,8 @@ mod tests {
             egress_socket: None,
             monitor: MonitorExec::default(),
         };
-        let config = GuestConfig {
-            version: BOOT_VERSION,
-            key: String::new(),
-            hostname: "h".into(),
-            user: crate::boot::GuestUser {
-                name: "u".into(),
-                uid: 1000,
-                gid: 1000,
-                home: "/".into(),
-            },
-            env: Vec::new(),
-            root_allowed: false,
-            usr_tag: String::new(),
-            shares: Vec::new(),
-            protect: Vec::new(),
-            egress_port: None,
-        };
         let deadline = Instant::now() + Duration::from_secs(30);
-        let err = match Machine::boot(&spec, &config, deadline) {
+        let err = match Machine::boot(&spec, &test_config(), deadline) {
             Ok(_) => panic!("a monitor that closed the channel booted"),
             Err(err) => err,
         };
@@ -497,4 +501,84 @@ mod tests {
             "{err}"
         );
     }
+
+    /// QEMU's process as the vm backend starts it for a root caller: the given unprivileged
+    /// uid and gid with no supplementary groups, `no_new_privs`, killed with its parent
+    /// (`PR_SET_PDEATHSIG` survives the identity switch because it is set after it), and
+    /// inside the sandbox's cgroup from its first instruction. A stand-in monitor reports
+    /// what it is and exits; its report comes back in the boot error's log.
+    #[test]
+    fn the_monitor_runs_unprivileged_without_groups_in_the_cgroup_and_dies_with_its_parent() {
+        use airlock_linux::cgroup::{Cgroup, CgroupLimits};
+        if !airlock_testkit::needs_root("switching the monitor to another uid")
+            || !airlock_testkit::needs_tool("python3")
+        {
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        let fake = dir.path().join("fake-qemu");
+        std::fs::write(
+            &fake,
+            "#!/usr/bin/env python3\n\
+             import ctypes, sys\n\
+             libc = ctypes.CDLL(None, use_errno=True)\n\
+             sig = ctypes.c_int(0)\n\
+             libc.prctl(2, ctypes.byref(sig), 0, 0, 0)\n\
+             status = open('/proc/self/status').read().splitlines()\n\
+             keep = [l.replace('\\t', ' ') for l in status if l.split(':')[0] in ('Uid', 'Gid', 'Groups', 'NoNewPrivs')]\n\
+             cg = ' '.join(l.strip() for l in open('/proc/self/cgroup'))\n\
+             print('monitor', ' / '.join(keep), '/ pdeathsig', sig.value, '/ cgroup', cg, file=sys.stderr, flush=True)\n\
+             sys.exit(3)\n",
+        )
+        .unwrap();
+        std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        let name = format!("vm-monitor-test-{}", std::process::id());
+        let cgroup = match Cgroup::create(&name, &CgroupLimits::default()) {
+            Ok(cg) => cg,
+            Err(e) => return airlock_testkit::skip(format_args!("no cgroup for the test: {e}")),
+        };
+        let join = cgroup.join_fds().unwrap();
+        let spec = MachineSpec {
+            qemu: fake,
+            kernel: "/nonexistent".into(),
+            initramfs: "/nonexistent".into(),
+            accel: Accel::Tcg,
+            limits: Limits::new(256, Some(1.0), Host::current().unwrap()).unwrap(),
+            dir: dir.path().to_path_buf(),
+            shares: Vec::new(),
+            egress_socket: None,
+            monitor: MonitorExec {
+                join: join.raw(),
+                identity: Some((65534, 65534)),
+            },
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let err = match Machine::boot(&spec, &test_config(), deadline) {
+            Ok(_) => panic!("the stand-in monitor booted"),
+            Err(err) => err,
+        };
+        drop(join);
+        let _ = cgroup.destroy(Duration::from_secs(5));
+        let MachineError::Exited { log, .. } = &err else {
+            panic!("{err}");
+        };
+        for expected in [
+            "Uid: 65534 65534 65534 65534",
+            "Gid: 65534 65534 65534 65534",
+            "NoNewPrivs: 1",
+            "pdeathsig 9",
+            name.as_str(),
+        ] {
+            assert!(log.contains(expected), "no {expected:?} in the monitor's report: {log}");
+        }
+        let groups = log
+            .split(" / ")
+            .find(|p| p.starts_with("Groups:"))
+            .unwrap_or("");
+        assert_eq!(groups.trim(), "Groups:", "supplementary groups kept: {log}");
+    }
+
 }

@@ -14,6 +14,7 @@ pub fn to_json(r: &StatusReport) -> serde_json::Value {
         "guest": { "pid": rec.and_then(|x| x.guest.as_ref()).map(|g| g.pid) },
         "keeper": { "pid": rec.and_then(|x| x.keeper.as_ref()).map(|g| g.pid) },
         "project": rec.map(|x| x.project_root.clone()),
+        "backend": rec.map(|x| x.backend.clone()),
         "image": rec.map(|x| x.plan.image.clone()),
         "mappings": rec.map(|x| serde_json::json!({
             "workspaces": x.plan.workspaces,

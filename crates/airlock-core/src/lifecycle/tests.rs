@@ -90,6 +90,8 @@ struct Fake {
     calls: RefCell<Vec<&'static str>>,
     /// The owner speaks another host protocol version.
     incompatible: Cell<bool>,
+    /// The backend's name (what `up` records and compares).
+    name: Cell<&'static str>,
 }
 
 impl Fake {
@@ -100,6 +102,7 @@ impl Fake {
             left: RefCell::new(Vec::new()),
             calls: RefCell::new(Vec::new()),
             incompatible: Cell::new(false),
+            name: Cell::new("fake"),
         }
     }
 }
@@ -152,7 +155,7 @@ impl Starting for FakeStarting<'_> {
 impl Backend for Fake {
     type Spec = ();
     fn name(&self) -> &'static str {
-        "fake"
+        self.name.get()
     }
     fn prepare(&self, _: &SandboxRecord, _: &()) -> Result<(), BackendError> {
         self.calls.borrow_mut().push("prepare");
@@ -319,6 +322,27 @@ fn a_different_plan_is_refused_and_the_running_sandbox_is_kept() {
         LifecycleError::PlanChanged { differences, .. } => {
             assert_eq!(differences.len(), 1);
             assert_eq!(differences[0].field, "memory_mb");
+        }
+        e => panic!("unexpected {e}"),
+    }
+    let rec = w.stores.record(&w.name).unwrap().unwrap().data;
+    assert_eq!(rec.epoch, first.record.epoch);
+    assert!(fake.running.get());
+}
+
+#[test]
+fn up_with_another_backend_is_refused_naming_the_backend_and_keeps_the_sandbox() {
+    let w = world();
+    let fake = Fake::new();
+    let first = up_with(&w, &fake, plan()).unwrap();
+    // The same plan, asked of another backend (`up --backend vm` on a linux sandbox).
+    fake.name.set("vm");
+    match up_with(&w, &fake, plan()).unwrap_err() {
+        LifecycleError::PlanChanged { differences, .. } => {
+            assert_eq!(differences.len(), 1, "{differences:?}");
+            assert_eq!(differences[0].field, "backend");
+            assert_eq!(differences[0].recorded, "fake");
+            assert_eq!(differences[0].planned, "vm");
         }
         e => panic!("unexpected {e}"),
     }

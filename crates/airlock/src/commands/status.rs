@@ -104,6 +104,7 @@ fn render(r: &StatusReport, sessions: &Option<Result<Vec<SessionInfo>, HostError
             .map_or_else(|| "none".to_owned(), |g| g.pid.to_string());
         doc.field(1, "guest pid", &guest);
         doc.field(1, "project", &path_text(&rec.project_root));
+        doc.field(1, "backend", &rec.backend);
         doc.field(1, "image", &rec.plan.image);
         if let Some(bytes) = r.inspection.as_ref().and_then(|i| i.disk_bytes) {
             doc.field(1, "disk", &human_bytes(bytes));

@@ -4,8 +4,10 @@
 //! virtio-serial port. Each test boots one VM (a few seconds under TCG).
 
 mod accel;
+mod backend;
 mod boot;
 mod egress;
+mod selection;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};

@@ -1,0 +1,201 @@
+//! The `vm` backend behind the public commands (`backend = "vm"`, `--backend vm`), under TCG.
+//! The invoker is unprivileged (QEMU must never be host root, so root is refused): as root
+//! these tests run airlock as the test user; in the unprivileged pass they run it directly.
+//! Each boot takes tens of seconds under emulation on a loaded host: keep them few.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use airlock_vm::kernel::Kernel;
+
+use super::QEMU;
+use crate::common::{test_user, wait_until, Run, TestEnv};
+
+/// A project whose user config selects the vm backend under TCG with the invoker's kernel.
+struct VmProject {
+    env: TestEnv,
+    dir: PathBuf,
+    kernel: Kernel,
+}
+
+/// The unprivileged invoker's fetched kernel (`scripts/fetch-vm-kernel` ran as that user),
+/// or a skip (a failure under CI).
+fn invoker_kernel() -> Option<Kernel> {
+    let home = match test_user() {
+        // Root runs airlock as the test user, whose cache holds its kernel.
+        Some(_) => PathBuf::from(format!("/home/{}", airlock_testkit::TEST_USER)),
+        None if std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0) => {
+            crate::common::skip_without_test_user();
+            return None;
+        }
+        None => PathBuf::from(std::env::var_os("HOME")?),
+    };
+    match Kernel::find(&home.join(".cache/airlock/vm-kernel")) {
+        Ok(k) => Some(k),
+        Err(e) => {
+            airlock_testkit::skip(format_args!("{e} (scripts/test runs scripts/fetch-vm-kernel)"));
+            None
+        }
+    }
+}
+
+impl VmProject {
+    fn new(user_config: &str) -> Option<VmProject> {
+        if !airlock_testkit::needs_tool(QEMU) {
+            return None;
+        }
+        let kernel = invoker_kernel()?;
+        let env = TestEnv::new();
+        let dir = env.git_project("proj");
+        env.write_user_config(&format!(
+            "{user_config}\n[vm]\naccel = \"tcg\"\nkernel = \"{}\"\n",
+            kernel.root.display()
+        ));
+        Some(VmProject { env, dir, kernel })
+    }
+
+    /// Runs airlock as the unprivileged invoker in the project.
+    fn run(&self, args: &[&str]) -> Run {
+        if test_user().is_some() {
+            self.env
+                .run_as_test_user_in(&self.dir, args)
+                .expect("test user")
+        } else {
+            self.env.run_in(&self.dir, args)
+        }
+    }
+
+    fn status(&self) -> serde_json::Value {
+        self.run(&["status", "--json"]).json()
+    }
+}
+
+fn alive(pid: u64) -> bool {
+    // A zombie is gone (its parent has not reaped it yet).
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|s| !s.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'))
+}
+
+fn host_release() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .unwrap()
+        .trim()
+        .to_owned()
+}
+
+#[test]
+fn vm_backend_up_exec_status_down_run_the_guest_kernel_and_down_leaves_nothing() {
+    let Some(p) = VmProject::new("backend = \"vm\"") else {
+        return;
+    };
+    p.run(&["up", "--no-attach", "--timeout", "10m"])
+        .assert_code(0);
+    let status = p.status();
+    assert_eq!(status["health"], "ready", "{status}");
+    assert_eq!(status["backend"], "vm", "{status}");
+    let qemu = status["guest"]["pid"].as_u64().expect("guest pid");
+    let keeper = status["keeper"]["pid"].as_u64().expect("keeper pid");
+    // The "guest" the record proves is QEMU, an unprivileged process.
+    let cmdline = std::fs::read(format!("/proc/{qemu}/cmdline")).unwrap();
+    assert!(
+        String::from_utf8_lossy(&cmdline).contains("qemu-system"),
+        "guest pid {qemu} is not QEMU"
+    );
+    let uid = std::fs::metadata(format!("/proc/{qemu}")).unwrap().uid();
+    assert_ne!(uid, 0, "QEMU runs as host root");
+
+    // The guest's own kernel, not the host's.
+    let uname = p.run(&["exec", "--", "uname", "-r"]);
+    uname.assert_code(0);
+    assert_eq!(uname.stdout.trim(), p.kernel.release);
+    assert_ne!(uname.stdout.trim(), host_release());
+    // No /dev/kvm and no host devices inside: only the nodes the guest makes.
+    let devs = p.run(&["exec", "--", "ls", "/dev"]);
+    devs.assert_code(0);
+    for absent in ["kvm", "sda", "vda", "mem", "kmsg", "nvme0"] {
+        assert!(
+            !devs.stdout.lines().any(|l| l.trim() == absent),
+            "/dev/{absent} is visible in the guest:\n{}",
+            devs.stdout
+        );
+    }
+    // The workspace at its path; what the guest writes is the invoker's.
+    p.run(&["exec", "--", "sh", "-c", "echo from-the-vm > made-in-vm"])
+        .assert_code(0);
+    let made = p.dir.join("made-in-vm");
+    assert_eq!(std::fs::read_to_string(&made).unwrap(), "from-the-vm\n");
+    assert_eq!(std::fs::metadata(&made).unwrap().uid(), uid);
+
+    p.run(&["down"]).assert_code(0);
+    assert!(
+        wait_until(Duration::from_secs(10), || !alive(qemu) && !alive(keeper)),
+        "QEMU ({qemu}) or the keeper ({keeper}) outlived down"
+    );
+    assert_eq!(p.status()["health"], "absent");
+    let sandboxes = p.env.runtime_dir.join("airlock/sandboxes");
+    let left: Vec<_> = std::fs::read_dir(&sandboxes)
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "down left {left:?}");
+    let state = p.env.state_home().join("airlock/sandboxes");
+    let left: Vec<_> = std::fs::read_dir(&state)
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "down left {left:?}");
+}
+
+#[test]
+fn vm_backend_killing_the_monitor_is_detected_as_stale_and_exec_refuses() {
+    let Some(p) = VmProject::new("backend = \"vm\"") else {
+        return;
+    };
+    p.run(&["up", "--no-attach", "--timeout", "10m"])
+        .assert_code(0);
+    let status = p.status();
+    let qemu = status["guest"]["pid"].as_u64().expect("guest pid");
+    let keeper = status["keeper"]["pid"].as_u64().expect("keeper pid");
+    let killed = std::process::Command::new("kill")
+        .args(["-KILL", &qemu.to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    assert!(
+        wait_until(Duration::from_secs(20), || p.status()["health"] == "stale"),
+        "status after killing QEMU: {}",
+        p.status()
+    );
+    // The keeper does not linger for a VM that is gone.
+    assert!(
+        wait_until(Duration::from_secs(10), || !alive(keeper)),
+        "the keeper outlived its VM"
+    );
+    let exec = p.run(&["exec", "--", "true"]);
+    exec.assert_code(1);
+    assert!(exec.stderr.contains("stale"), "{}", exec.stderr);
+    p.run(&["down"]).assert_code(0);
+    assert_eq!(p.status()["health"], "absent");
+}
+
+#[test]
+fn vm_backend_flag_runs_one_command_in_a_vm_and_leaves_no_monitor() {
+    // The user config says nothing of the backend: the flag alone selects it.
+    let Some(p) = VmProject::new("") else {
+        return;
+    };
+    let run = p.run(&["--backend", "vm", "run", "--", "uname", "-r"]);
+    run.assert_code(0);
+    assert_eq!(run.stdout.trim(), p.kernel.release, "{}", run.stderr);
+    let monitors = std::process::Command::new("pgrep")
+        .args(["-f", &format!("qemu-system.*{}", p.env.runtime_dir.display())])
+        .output()
+        .unwrap();
+    assert!(
+        monitors.stdout.is_empty(),
+        "a QEMU of this run is still running: {}",
+        String::from_utf8_lossy(&monitors.stdout)
+    );
+    assert!(!Path::new(&p.env.runtime_dir.join("airlock/vm-runs"))
+        .read_dir()
+        .is_ok_and(|mut d| d.next().is_some()));
+}

@@ -436,7 +436,10 @@ fn options(config: &GuestConfig) -> Result<GuestOptions, VmGuestError> {
 }
 
 /// Where the egress relay's connections enter the mux (root-only directory).
-const EGRESS_SOCKET: &str = "/run/airlock/egress.sock";
+/// Not under `/run/airlock`: that is the sandbox's egress directory, shared read-only from
+/// the host (the CA files the proxy variables name).
+const EGRESS_DIR: &str = "/run/airlock-vm";
+const EGRESS_SOCKET: &str = "/run/airlock-vm/egress.sock";
 
 /// Runs the guest with streams from the port; returns when the host closed the port.
 fn serve(port: File, mut options: GuestOptions, egress_port: Option<u16>) {
@@ -487,7 +490,7 @@ fn serve(port: File, mut options: GuestOptions, egress_port: Option<u16>) {
 /// Each connection to [`EGRESS_SOCKET`] (made by PID 1's loopback relay) becomes a stream to
 /// the host, which connects it to the sandbox's proxy.
 fn egress_listener(mux: &Mux) -> Result<(), VmGuestError> {
-    mkdir("/run/airlock", 0o700)?;
+    mkdir(EGRESS_DIR, 0o700)?;
     let listener = std::os::unix::net::UnixListener::bind(EGRESS_SOCKET)
         .map_err(setup("bind", EGRESS_SOCKET))?;
     let mux = mux.clone();

@@ -131,6 +131,37 @@ impl Default for TestEnv {
     }
 }
 
+/// The backend the runtime, lifecycle and network suites run against: `AIRLOCK_TEST_BACKEND`
+/// (`linux`, the default, or `vm`). The suites are written once; every world they make selects
+/// this backend in its user config ([`TestEnv::new`], [`TestEnv::write_user_config`]).
+/// `scripts/test` runs them a second time with `vm` where the host's KVM boots a stock kernel.
+pub fn suite_backend() -> &'static str {
+    match std::env::var("AIRLOCK_TEST_BACKEND").as_deref() {
+        Ok("vm") => "vm",
+        Ok("linux") | Err(_) => "linux",
+        Ok(other) => panic!("AIRLOCK_TEST_BACKEND={other:?}: use linux or vm"),
+    }
+}
+
+/// `content` with the suite's backend selected, when it is not `linux` and the content does
+/// not choose one itself.
+fn with_suite_backend(content: &str) -> String {
+    if suite_backend() == "linux" || content.contains("backend") {
+        return content.to_owned();
+    }
+    // The invoker's fetched kernel (the test worlds' own caches hold none).
+    let home = PathBuf::from(std::env::var_os("HOME").unwrap_or_default());
+    let kernel = airlock_vm::kernel::Kernel::find(&home.join(".cache/airlock/vm-kernel"))
+        .map(|k| format!("kernel = {:?}\n", k.root.display().to_string()))
+        .unwrap_or_default();
+    let vm = if content.contains("[vm]") {
+        String::new()
+    } else {
+        format!("\n[vm]\naccel = \"kvm\"\n{kernel}")
+    };
+    format!("backend = \"vm\"\n{content}{vm}")
+}
+
 impl TestEnv {
     pub fn new() -> Self {
         let root = tempfile::Builder::new()
@@ -144,12 +175,16 @@ impl TestEnv {
         fs::create_dir(&home).expect("create HOME");
         fs::create_dir(&runtime_dir).expect("create XDG_RUNTIME_DIR");
         fs::set_permissions(&runtime_dir, fs::Permissions::from_mode(0o700)).expect("chmod");
-        Self {
+        let env = Self {
             root,
             home,
             runtime_dir,
             extra_env: Vec::new(),
+        };
+        if suite_backend() != "linux" {
+            env.write_user_config("");
         }
+        env
     }
 
     /// The temporary directory holding this world.
@@ -284,7 +319,7 @@ impl TestEnv {
 
     /// Writes the user config file.
     pub fn write_user_config(&self, content: &str) -> PathBuf {
-        self.write(&self.user_config(), content)
+        self.write(&self.user_config(), &with_suite_backend(content))
     }
 
     /// Writes `<project>/.airlock/config.toml`.

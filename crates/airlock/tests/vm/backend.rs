@@ -127,6 +127,23 @@ fn vm_backend_up_exec_status_down_run_the_guest_kernel_and_down_leaves_nothing()
     assert_eq!(std::fs::read_to_string(&made).unwrap(), "from-the-vm\n");
     assert_eq!(std::fs::metadata(&made).unwrap().uid(), uid);
 
+    // Egress leaves only through the host's proxy: a host no rule allows is the proxy's
+    // denial (the guest has no network device of its own).
+    let denied = p.run(&[
+        "exec",
+        "--",
+        "curl",
+        "-sS",
+        "-m",
+        "60",
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code}",
+        "http://not-allowed.invalid/",
+    ]);
+    assert_eq!(denied.stdout.trim(), "403", "{}", denied.stderr);
+
     p.run(&["down"]).assert_code(0);
     assert!(
         wait_until(Duration::from_secs(10), || !alive(qemu) && !alive(keeper)),

@@ -7,9 +7,9 @@
 //! See `docs/architecture.md` for the contracts.
 
 mod agent_defs;
-pub mod backend;
 pub mod agent_sync;
 pub mod agents;
+pub mod backend;
 pub mod beneath;
 pub mod credential_shapes;
 pub mod diagnostics;

@@ -228,12 +228,10 @@ impl Machine {
             airlock_linux::sys::fd::join_before_exec(&mut command, spec.monitor.join.clone());
         }
         airlock_linux::sys::monitor::before_exec(&mut command, spec.monitor.identity);
-        let mut child = command
-            .spawn()
-            .map_err(|source| MachineError::Spawn {
-                qemu: spec.qemu.clone(),
-                source,
-            })?;
+        let mut child = command.spawn().map_err(|source| MachineError::Spawn {
+            qemu: spec.qemu.clone(),
+            source,
+        })?;
         match Self::handshake(&listener, &mut child, config, deadline, spec) {
             Ok((channel, hello)) => {
                 let spawn_to_hello_ms = started.elapsed().as_millis() as u64;
@@ -364,6 +362,11 @@ impl Machine {
     /// Opens a new stream to the guest's control server.
     pub fn open(&self) -> io::Result<UnixStream> {
         self.mux.open()
+    }
+
+    /// A handle on the channel's multiplexer, for threads that open streams.
+    pub fn mux(&self) -> Mux {
+        self.mux.clone()
     }
 
     /// QEMU's pid.
@@ -516,8 +519,11 @@ mod tests {
             return;
         }
         let dir = tempfile::tempdir().unwrap();
-        std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755))
-            .unwrap();
+        std::fs::set_permissions(
+            dir.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .unwrap();
         let fake = dir.path().join("fake-qemu");
         std::fs::write(
             &fake,
@@ -572,7 +578,10 @@ mod tests {
             "pdeathsig 9",
             name.as_str(),
         ] {
-            assert!(log.contains(expected), "no {expected:?} in the monitor's report: {log}");
+            assert!(
+                log.contains(expected),
+                "no {expected:?} in the monitor's report: {log}"
+            );
         }
         let groups = log
             .split(" / ")
@@ -580,5 +589,4 @@ mod tests {
             .unwrap_or("");
         assert_eq!(groups.trim(), "Groups:", "supplementary groups kept: {log}");
     }
-
 }

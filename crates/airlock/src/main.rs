@@ -46,7 +46,8 @@ fn main() -> ExitCode {
         Err(err) => return exit_status(cli::report_parse_error(&err, &printer)),
     };
     let printer = Printer::from_env(cli.json);
-    let outcome = Context::from_process(cli.json, cli.backend).and_then(|ctx| run_guarded(cli.command, &ctx));
+    let outcome =
+        Context::from_process(cli.json, cli.backend).and_then(|ctx| run_guarded(cli.command, &ctx));
     exit_status(print_outcome(&printer, outcome))
 }
 

@@ -39,8 +39,8 @@ use crate::lifecycle::keeper::{
 };
 use crate::run::limits::{self, RunCgroup};
 use crate::wire::{
-    KeeperOutcome, KeeperReport, StartRequest, MODE_DETACHED, MODE_PORTS, MODE_RELOAD,
-    MODE_STREAM, START_FILE,
+    KeeperOutcome, KeeperReport, StartRequest, MODE_DETACHED, MODE_PORTS, MODE_RELOAD, MODE_STREAM,
+    START_FILE,
 };
 
 /// The longest a boot may take before the keeper gives up (TCG on a loaded host is slow;
@@ -96,7 +96,9 @@ pub fn main(args: &[OsString]) -> i32 {
     let note = match reported {
         Ok(()) => serve(&mut started),
         Err(e) => {
-            eprintln!("airlock keeper: `up` went away before the VM was recorded ({e}); stopping it");
+            eprintln!(
+                "airlock keeper: `up` went away before the VM was recorded ({e}); stopping it"
+            );
             None
         }
     };
@@ -173,9 +175,11 @@ fn boot_and_listen(
                 format!("cannot create {}: {e}", instance.display()),
             )
         })?;
-    let join = cgroup
-        .join_fds()
-        .map_err(|e| reported(crate::run::start_error(airlock_linux::host::StartError::Limits(e))))?;
+    let join = cgroup.join_fds().map_err(|e| {
+        reported(crate::run::start_error(
+            airlock_linux::host::StartError::Limits(e),
+        ))
+    })?;
     proxy_ready(proxy)?;
     let egress_socket = req
         .egress
@@ -298,14 +302,24 @@ fn accept_all(started: &Started) {
                 return;
             }
         };
-        // Opened here, on the serving thread: the multiplexer is shared, its streams are not.
-        if let Err(e) = serve_client(conn, started) {
-            eprintln!("airlock keeper: client dropped: {e}");
-        }
+        // One thread per client, as in the linux keeper: a slow client never holds the loop.
+        let mux = started.booted.machine.mux();
+        let key = started.booted.key;
+        let proxy = Arc::clone(&started.proxy);
+        std::thread::spawn(move || {
+            if let Err(e) = serve_client(conn, &mux, key, &proxy) {
+                eprintln!("airlock keeper: client dropped: {e}");
+            }
+        });
     }
 }
 
-fn serve_client(mut conn: UnixStream, started: &Started) -> std::io::Result<()> {
+fn serve_client(
+    mut conn: UnixStream,
+    mux: &airlock_vm::mux::Mux,
+    key: [u8; 32],
+    proxy: &SharedProxy,
+) -> std::io::Result<()> {
     conn.set_nonblocking(false)?;
     let peer = rustix::net::sockopt::socket_peercred(&conn)?;
     if peer.uid != rustix::process::geteuid() {
@@ -320,32 +334,16 @@ fn serve_client(mut conn: UnixStream, started: &Started) -> std::io::Result<()> 
     match mode[0] {
         MODE_STREAM => {
             conn.set_read_timeout(None)?;
-            let stream = started.booted.machine.open()?;
-            airlock_vm::mux::bridge(conn, stream);
+            airlock_vm::mux::bridge(conn, mux.open()?);
             Ok(())
         }
         MODE_DETACHED => {
-            let stream = started.booted.machine.open()?;
-            let key = started.booted.key;
-            std::thread::spawn(move || {
-                let mut line = String::new();
-                let read = conn
-                    .try_clone()
-                    .and_then(|c| BufReader::new(c).read_line(&mut line));
-                if read.is_ok() {
-                    let _ = conn.set_read_timeout(None);
-                    if let Err(e) = detached_on(conn, &line, stream, key) {
-                        eprintln!("airlock keeper: detached request: {e}");
-                    }
-                }
-            });
-            Ok(())
+            let mut line = String::new();
+            BufReader::new(conn.try_clone()?).read_line(&mut line)?;
+            conn.set_read_timeout(None)?;
+            detached_on(conn, &line, mux.open()?, key)
         }
-        MODE_RELOAD => {
-            let proxy = Arc::clone(&started.proxy);
-            std::thread::spawn(move || reload(conn, &proxy));
-            Ok(())
-        }
+        MODE_RELOAD => reload(conn, proxy),
         MODE_PORTS => {
             let reply = airlock_protocol::host::PortsReply::Error {
                 kind: "unsupported".into(),

@@ -180,7 +180,10 @@ fn find_on_path(name: &str) -> Option<PathBuf> {
 /// the invoker's cache, after validation.
 pub fn start_request(settings: &VmSettings) -> Result<VmStart, HostError> {
     let exe = std::fs::read_link("/proc/self/exe").map_err(|e| {
-        HostError::internal("backend.vm_initramfs", format!("cannot find airlock's executable: {e}"))
+        HostError::internal(
+            "backend.vm_initramfs",
+            format!("cannot find airlock's executable: {e}"),
+        )
     })?;
     let contents = airlock_vm::initramfs::Contents::for_exe(&exe, &settings.kernel, GUEST_MODULES)
         .map_err(|e| {
@@ -245,7 +248,10 @@ pub fn boot(
     if vm.version != HOST_VERSION {
         return Err(HostError::internal(
             "backend.vm_start",
-            format!("vm start request of version {} (this airlock: {HOST_VERSION})", vm.version),
+            format!(
+                "vm start request of version {} (this airlock: {HOST_VERSION})",
+                vm.version
+            ),
         ));
     }
     let kernel = Kernel::open(&vm.kernel).map_err(|e| {
@@ -258,8 +264,9 @@ pub fn boot(
     let host = airlock_vm::limits::Host::current()
         .map_err(|e| HostError::internal("backend.vm_limits", e.to_string()))?;
     let memory = spec.limits.memory_mb.map_or(1024, |m| m.value);
-    let limits = airlock_vm::limits::Limits::new(memory, spec.limits.cpus.map(|c| c.value), host)
-        .map_err(|e| HostError::new(ErrorKind::Config, "backend.vm_limits", e.to_string()))?;
+    let limits =
+        airlock_vm::limits::Limits::new(memory, spec.limits.cpus.map(|c| c.value), host)
+            .map_err(|e| HostError::new(ErrorKind::Config, "backend.vm_limits", e.to_string()))?;
     let (host_shares, guest_shares) = shares(spec);
     let mut machine = MachineSpec {
         qemu: vm.qemu.clone(),
@@ -369,11 +376,7 @@ fn protected_paths(spec: &SandboxSpec) -> Vec<String> {
                     .flat_map(|(h, s)| expand(&h, &s, part))
                     .collect();
             }
-            out.extend(
-                found
-                    .into_iter()
-                    .map(|(_, s)| s.display().to_string()),
-            );
+            out.extend(found.into_iter().map(|(_, s)| s.display().to_string()));
         }
     }
     out.sort();
@@ -430,7 +433,8 @@ pub fn selected(
     use airlock_config::backend::{BackendKind, VmAccel};
     let kind = match flag {
         Some(text) => BackendKind::parse(text).map_err(|e| {
-            HostError::usage(format!("--backend {e}")).with_hint("use --backend linux or --backend vm")
+            HostError::usage(format!("--backend {e}"))
+                .with_hint("use --backend linux or --backend vm")
         })?,
         None => effective.backend.value,
     };

@@ -80,18 +80,19 @@ impl VmRun {
                 format!("cannot open the sandbox's cgroup: {e}"),
             )
         };
-        let egress = match spec.egress.is_some() {
-            true => match cgroup.join_fds().map_err(cgroup_error).and_then(|join| {
-                crate::run::start_egress(roots, project_root, spec, join, warn)
-            }) {
-                Ok(e) => Some(e),
-                Err(e) => {
-                    cgroup.destroy();
-                    return Err(e);
-                }
-            },
-            false => None,
-        };
+        let egress =
+            match spec.egress.is_some() {
+                true => match cgroup.join_fds().map_err(cgroup_error).and_then(|join| {
+                    crate::run::start_egress(roots, project_root, spec, join, warn)
+                }) {
+                    Ok(e) => Some(e),
+                    Err(e) => {
+                        cgroup.destroy();
+                        return Err(e);
+                    }
+                },
+                false => None,
+            };
         phases.done("egress");
         let booted = cgroup.join_fds().map_err(cgroup_error).and_then(|join| {
             let place = BootPlace {
@@ -124,10 +125,9 @@ impl VmRun {
 
     /// A new stream to the guest's PID 1; authenticate it with [`VmRun::key`].
     pub fn open_stream(&self) -> Result<UnixStream, HostError> {
-        self.booted
-            .machine
-            .open()
-            .map_err(|e| HostError::internal("run.stream", format!("cannot open a stream to the VM: {e}")))
+        self.booted.machine.open().map_err(|e| {
+            HostError::internal("run.stream", format!("cannot open a stream to the VM: {e}"))
+        })
     }
 
     /// The epoch key of this VM's streams.

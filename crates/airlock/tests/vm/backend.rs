@@ -34,7 +34,9 @@ fn invoker_kernel() -> Option<Kernel> {
     match Kernel::find(&home.join(".cache/airlock/vm-kernel")) {
         Ok(k) => Some(k),
         Err(e) => {
-            airlock_testkit::skip(format_args!("{e} (scripts/test runs scripts/fetch-vm-kernel)"));
+            airlock_testkit::skip(format_args!(
+                "{e} (scripts/test runs scripts/fetch-vm-kernel)"
+            ));
             None
         }
     }
@@ -73,8 +75,13 @@ impl VmProject {
 
 fn alive(pid: u64) -> bool {
     // A zombie is gone (its parent has not reaped it yet).
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .is_ok_and(|s| !s.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'))
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        !s.rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z')
+    })
 }
 
 fn host_release() -> String {
@@ -204,7 +211,10 @@ fn vm_backend_flag_runs_one_command_in_a_vm_and_leaves_no_monitor() {
     run.assert_code(0);
     assert_eq!(run.stdout.trim(), p.kernel.release, "{}", run.stderr);
     let monitors = std::process::Command::new("pgrep")
-        .args(["-f", &format!("qemu-system.*{}", p.env.runtime_dir.display())])
+        .args([
+            "-f",
+            &format!("qemu-system.*{}", p.env.runtime_dir.display()),
+        ])
         .output()
         .unwrap();
     assert!(

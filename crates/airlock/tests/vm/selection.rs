@@ -54,7 +54,11 @@ fn vm_settings_are_checked_with_the_config_and_name_their_keys() {
         "vm.memory_overhead_mb",
         "vm.bogus",
     ] {
-        assert!(run.stderr.contains(needle), "no {needle:?} in:\n{}", run.stderr);
+        assert!(
+            run.stderr.contains(needle),
+            "no {needle:?} in:\n{}",
+            run.stderr
+        );
     }
     assert!(!env.state_home().join("airlock/lifecycle").exists());
 }
@@ -98,6 +102,10 @@ fn vm_backend_without_a_kernel_says_to_run_fetch_vm_kernel() {
     };
     run.assert_code(69);
     assert!(run.stderr.contains("backend.vm_kernel"), "{}", run.stderr);
-    assert!(run.stderr.contains("scripts/fetch-vm-kernel"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("scripts/fetch-vm-kernel"),
+        "{}",
+        run.stderr
+    );
     assert!(!env.runtime_dir.join("airlock/vm-runs").exists());
 }

@@ -55,6 +55,8 @@ pub struct UpArgs {
 }
 
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+/// A `vm` sandbox's boot: under TCG on a loaded host it takes tens of seconds, even minutes.
+const VM_DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
 
 pub fn run(args: UpArgs, ctx: &Context) -> Result<Report, HostError> {
     let t0 = Instant::now();
@@ -91,6 +93,10 @@ pub fn run(args: UpArgs, ctx: &Context) -> Result<Report, HostError> {
     let plan = plan_summary(&spec);
 
     let cancel = CtrlC::install();
+    let default_timeout = match vm {
+        Some(_) => VM_DEFAULT_TIMEOUT,
+        None => DEFAULT_TIMEOUT,
+    };
     let mut setup = setup(ctx, true)?;
     setup.backend.vm = vm;
     let request = UpRequest {
@@ -100,7 +106,7 @@ pub fn run(args: UpArgs, ctx: &Context) -> Result<Report, HostError> {
         spec,
         paths: setup.paths(&name),
         lock_wait: airlock_host::lifecycle::lock_wait(),
-        timeout: args.timeout.unwrap_or(DEFAULT_TIMEOUT),
+        timeout: args.timeout.unwrap_or(default_timeout),
     };
     let mut progress = Progress::new();
     let cancelled = cancel.check();

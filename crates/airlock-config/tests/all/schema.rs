@@ -97,6 +97,12 @@ fn schema_names_every_key_of_both_files() {
         "agents.*.config_sync",
         "agents.*.state_paths",
         "agents.*.api_key_env",
+        "backend",
+        "vm",
+        "vm.accel",
+        "vm.kernel",
+        "vm.qemu",
+        "vm.memory_overhead_mb",
     ];
     let expected: BTreeSet<String> = expected.iter().map(|s| s.to_string()).collect();
     assert_eq!(found, expected);

@@ -1,6 +1,7 @@
 //! Atomic, durable replacement of one file (PRODUCT R1).
 //!
-//! Order of operations in [`write_atomic`], each failure naming its step:
+//! Order of operations in [`write_atomic`] ([`Durability::Durable`]), each failure naming its
+//! step:
 //! 1. open the target's directory (`O_DIRECTORY`);
 //! 2. create a temporary file *in that directory* with `O_CREAT|O_EXCL|O_NOFOLLOW`, named
 //!    `.<target>.tmp.<pid>.<n>`, so it is on the same filesystem (rename stays atomic) and a
@@ -14,6 +15,18 @@
 //! between steps 2 and 6 leaves a temporary file behind; such names are recognised by
 //! [`is_temp_name_for`] and never mistaken for records, and [`remove_stray_temps`] deletes them
 //! (the state store does so while it holds the record's lock, when no writer can be mid-flight).
+//!
+//! [`write_atomic_with`] takes a [`Durability`]: what a write must survive decides whether it
+//! pays for the flushes (steps 5 and 7; on a loaded disk each waits for a journal commit, up to
+//! tens of milliseconds). Both levels are atomic for every process (step 6): a reader sees the
+//! old or the new content, never a mix, also when the writer is killed at any point.
+//! - [`Durability::Durable`]: steps 5 and 7; the new content survives a machine crash (R1).
+//! - [`Durability::Atomic`]: no flush. After a machine crash the file holds an earlier content
+//!   or the new one on filesystems that write a file's data before committing a rename that
+//!   replaces another file (ext4's default `auto_da_alloc`, btrfs); elsewhere (XFS) it may be
+//!   left empty, which a reader reports as corrupt, naming the file. Only for files whose
+//!   newest content describes processes a machine crash ends anyway (see the lifecycle's
+//!   module docs for which writes those are).
 
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
@@ -111,10 +124,61 @@ impl AtomicWriteError {
     }
 }
 
+/// What a write must survive (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// Survives a machine crash: file and directory flushed (R1).
+    Durable,
+    /// Atomic for every process, nothing flushed (see the module docs for a machine crash).
+    Atomic,
+}
+
 /// Replaces `path` with `bytes`, file mode `mode` (e.g. `0o600`), atomically and durably.
 ///
 /// A symlink at `path` is replaced, never followed. See the module docs for the sequence.
 pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> Result<(), AtomicWriteError> {
+    write_atomic_with(path, bytes, mode, Durability::Durable)
+}
+
+/// [`write_atomic`] flushing only what `durability` asks for (see the module docs).
+pub fn write_atomic_with(
+    path: &Path,
+    bytes: &[u8],
+    mode: u32,
+    durability: Durability,
+) -> Result<(), AtomicWriteError> {
+    let written = replace(path, bytes, mode, durability);
+    #[cfg(test)]
+    if written.is_ok() {
+        journal::WRITES.with(|w| w.borrow_mut().push((path.to_path_buf(), durability)));
+    }
+    written
+}
+
+/// Every successful write of this thread, with its durability (the unit tests' view of which
+/// writes pay for a flush).
+#[cfg(test)]
+pub(crate) mod journal {
+    use std::cell::RefCell;
+    use std::path::PathBuf;
+
+    thread_local! {
+        pub(crate) static WRITES: RefCell<Vec<(PathBuf, super::Durability)>> =
+            const { RefCell::new(Vec::new()) };
+    }
+
+    /// Takes (and clears) this thread's journal.
+    pub(crate) fn take() -> Vec<(PathBuf, super::Durability)> {
+        WRITES.with(|w| std::mem::take(&mut *w.borrow_mut()))
+    }
+}
+
+fn replace(
+    path: &Path,
+    bytes: &[u8],
+    mode: u32,
+    durability: Durability,
+) -> Result<(), AtomicWriteError> {
     let file_name = path
         .file_name()
         .ok_or_else(|| AtomicWriteError::NoFileName {
@@ -134,7 +198,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> Result<(), AtomicWr
 
     let (temp_name, file) = create_temp(&dir_fd, &dir, path, file_name)?;
     let temp = dir.join(&temp_name);
-    let filled = fill_temp(file, path, &temp, bytes, mode);
+    let filled = fill_temp(file, path, &temp, bytes, mode, durability);
     if let Err(err) = filled {
         // Best effort: the write already failed; a leftover temp is still recognisable.
         let _ = rustix::fs::unlinkat(&dir_fd, &temp_name, AtFlags::empty());
@@ -148,11 +212,14 @@ pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> Result<(), AtomicWr
             source: e.into(),
         });
     }
-    rustix::fs::fsync(&dir_fd).map_err(|e| AtomicWriteError::SyncDir {
-        path: path.to_path_buf(),
-        dir,
-        source: e.into(),
-    })
+    match durability {
+        Durability::Durable => rustix::fs::fsync(&dir_fd).map_err(|e| AtomicWriteError::SyncDir {
+            path: path.to_path_buf(),
+            dir,
+            source: e.into(),
+        }),
+        Durability::Atomic => Ok(()),
+    }
 }
 
 /// True when `candidate` is a temporary name [`write_atomic`] uses for the file `target`
@@ -242,6 +309,7 @@ fn fill_temp(
     temp: &Path,
     bytes: &[u8],
     mode: u32,
+    durability: Durability,
 ) -> Result<(), AtomicWriteError> {
     file.set_permissions(std::fs::Permissions::from_mode(mode))
         .map_err(|source| AtomicWriteError::Chmod {
@@ -256,12 +324,15 @@ fn fill_temp(
             temp: temp.to_path_buf(),
             source,
         })?;
-    file.sync_all()
-        .map_err(|source| AtomicWriteError::SyncFile {
-            path: path.to_path_buf(),
-            temp: temp.to_path_buf(),
-            source,
-        })
+    let synced = match durability {
+        Durability::Durable => file.sync_all(),
+        Durability::Atomic => Ok(()),
+    };
+    synced.map_err(|source| AtomicWriteError::SyncFile {
+        path: path.to_path_buf(),
+        temp: temp.to_path_buf(),
+        source,
+    })
 }
 
 #[cfg(test)]
@@ -283,6 +354,22 @@ mod tests {
             1,
             "no temporary file may remain after success"
         );
+    }
+
+    #[test]
+    fn every_durability_replaces_the_file_whole_with_its_exact_mode() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.json");
+        for (n, durability) in [Durability::Durable, Durability::Atomic]
+            .into_iter()
+            .enumerate()
+        {
+            let text = format!("version {n}");
+            write_atomic_with(&path, text.as_bytes(), 0o640, durability).unwrap();
+            assert_eq!(std::fs::read_to_string(&path).unwrap(), text, "{durability:?}");
+            assert_eq!(std::fs::metadata(&path).unwrap().mode() & 0o7777, 0o640);
+            assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1, "{durability:?}");
+        }
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! airlock-core: the host-side state layer, and later lifecycle orchestration
 //! (see docs/architecture.md).
 //!
-//! - [`atomic`]: durable atomic file replacement (temp, fsync, rename, directory fsync).
+//! - [`atomic`]: atomic file replacement (temp, fsync, rename, directory fsync), with the
+//!   flushes a write needs ([`Durability`]).
 //! - [`private_dir`]: verifies/creates directories only the invoking user controls.
 //! - [`state`]: revisioned JSON records with compare-and-swap ([`StateStore`]).
 //! - [`lock`]: the per-sandbox `flock` with bounded waiting and holder identity ([`SandboxLock`]).
@@ -28,7 +29,7 @@ pub mod records;
 pub mod state;
 pub mod trust;
 
-pub use atomic::{write_atomic, AtomicWriteError};
+pub use atomic::{write_atomic, write_atomic_with, AtomicWriteError, Durability};
 pub use known_roots::{KnownRoots, KnownRootsError};
 pub use lock::{Holder, LockError, LockGuard, SandboxLock};
 pub use private_dir::{check_private_dir, ensure_private_dir, DirPresence, PrivateDirError};

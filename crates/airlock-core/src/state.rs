@@ -29,7 +29,9 @@ use rustix::io::Errno;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use crate::atomic::{remove_stray_temps, write_atomic, AtomicWriteError};
+use crate::atomic::{
+    remove_stray_temps, write_atomic, write_atomic_with, AtomicWriteError, Durability,
+};
 use crate::flock_wait::lock_exclusive_within;
 
 /// Longest accepted record name.
@@ -238,12 +240,26 @@ impl StateStore {
     }
 
     /// Writes `value` as record `name` if the record is currently at revision `expected`
-    /// (`None`: the record must not exist). Returns the new revision.
+    /// (`None`: the record must not exist). Returns the new revision. Durable (R1).
     pub fn write<T: Serialize>(
         &self,
         name: &str,
         expected: Option<u64>,
         value: &T,
+    ) -> Result<u64, StateError> {
+        self.write_with(name, expected, value, Durability::Durable)
+    }
+
+    /// [`StateStore::write`] with the flushes `durability` asks for: [`Durability::Atomic`]
+    /// only for a rewrite whose newest revision a machine crash makes worthless (see
+    /// `atomic`'s module docs). Atomic for every reader and compare-and-swap checked either
+    /// way.
+    pub fn write_with<T: Serialize>(
+        &self,
+        name: &str,
+        expected: Option<u64>,
+        value: &T,
+        durability: Durability,
     ) -> Result<u64, StateError> {
         let path = self.path_of(name)?;
         let data = encode(name, value)?;
@@ -263,7 +279,7 @@ impl StateStore {
         };
         let revision = base + 1;
         self.remove_stray_temps(name)?;
-        write_atomic(&path, &frame(revision, &data), 0o600)?;
+        write_atomic_with(&path, &frame(revision, &data), 0o600, durability)?;
         Ok(revision)
     }
 

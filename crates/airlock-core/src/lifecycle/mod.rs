@@ -14,6 +14,14 @@
 //!   and can be cleaned up as far as ownership can be proven (PRODUCT L8).
 //! - A lock holder that finds an operation still marked `running` knows its process died (the
 //!   kernel released the lock) and marks it `interrupted` before anything else.
+//! - Durability (what a *machine* crash keeps; a killed process loses nothing, every write
+//!   is an atomic rename): two writes per `up` are flushed to disk, the operation's first
+//!   `running` revision (so the crash is reported, L8) and the sandbox's `starting` revision
+//!   (it names every directory before one exists). The rest — phases, the result, the
+//!   keeper's and the guest's identities, `ready` — are
+//!   [`Durability::Atomic`](crate::atomic::Durability) (not flushed): they describe processes
+//!   the crash ended, and the `starting` revision leads the next command to the same cleanup.
+//!   Removing a record stays durable.
 
 mod ops;
 mod plan_diff;
@@ -29,6 +37,7 @@ pub use ops::{
 pub use plan_diff::{diff_plans, PlanDifference};
 pub use provision::{NoProvision, Provision, ProvisionError};
 
+use crate::atomic::Durability;
 use crate::backend::{BackendError, Inspection};
 use crate::lock::{Holder, LockError, LockGuard, SandboxLock};
 use crate::names::SandboxName;
@@ -265,7 +274,13 @@ impl<'a> OperationLog<'a> {
         let revision = match previous {
             Some(mut prev) if prev.data.result == OperationResult::Running => {
                 prev.data.result = OperationResult::Interrupted;
-                let rev = match store.write(name.as_str(), Some(prev.revision), &prev.data) {
+                // Replaced by this operation's durable `running` mark right below.
+                let rev = match store.write_with(
+                    name.as_str(),
+                    Some(prev.revision),
+                    &prev.data,
+                    Durability::Atomic,
+                ) {
                     Ok(rev) => rev,
                     Err(e) if best_effort && e.is_out_of_space() => prev.revision,
                     Err(e) => return Err(e.into()),
@@ -294,12 +309,19 @@ impl<'a> OperationLog<'a> {
             best_effort,
             unrecorded: false,
         };
-        log.save()?;
+        // Durable: after a machine crash the next lock holder must still find this operation
+        // `running` to report it interrupted (L8).
+        log.save(Durability::Durable)?;
         Ok((log, interrupted))
     }
 
-    fn save(&mut self) -> Result<(), StateError> {
-        match self.store.write(&self.name, self.revision, &self.record) {
+    /// Writes the record. Only its first write (`running`) must survive a machine crash;
+    /// later ones (phases, the result) are [`Durability::Atomic`] (see the module docs).
+    fn save(&mut self, durability: Durability) -> Result<(), StateError> {
+        match self
+            .store
+            .write_with(&self.name, self.revision, &self.record, durability)
+        {
             Ok(rev) => {
                 self.revision = Some(rev);
                 Ok(())
@@ -321,7 +343,7 @@ impl<'a> OperationLog<'a> {
     pub fn phase(&mut self, phase: &str) -> Result<(), StateError> {
         self.close_phase();
         self.record.phase = phase.to_owned();
-        self.save()
+        self.save(Durability::Atomic)
     }
 
     fn close_phase(&mut self) {
@@ -342,7 +364,7 @@ impl<'a> OperationLog<'a> {
         self.close_phase();
         self.record.result = result;
         self.record.finished_ms = Some(now_ms());
-        self.save()?;
+        self.save(Durability::Atomic)?;
         Ok(self.record)
     }
 

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use super::{
     assess, diff_plans, Health, LifecycleError, OperationLog, Provision, ProvisionError, Stores,
 };
+use crate::atomic::Durability;
 use crate::backend::{Backend, BackendError, Freed, Inspection, StopReport};
 use crate::lock::LockError;
 use crate::names::SandboxName;
@@ -396,6 +397,8 @@ fn up_locked<B: Backend>(
     }
     step(log, obs, "prepare")?;
     let mut record = new_record(backend, req)?;
+    // Durable (R1): written before anything exists on the host, it is what names every
+    // directory of this sandbox after any crash, the machine's included.
     let mut revision = stores.sandboxes.write(req.name.as_str(), None, &record)?;
     let created = create(
         stores,
@@ -475,9 +478,15 @@ fn create<B: Backend>(
     }
     let mut starting = backend.start(record)?;
     record.keeper = Some(starting.owner().clone());
-    *revision = stores
-        .sandboxes
-        .write(req.name.as_str(), Some(*revision), record)?;
+    // Atomic, not durable: what a killed `up` leaves must name the keeper (every process
+    // sees the rename at once), while a machine crash ends the keeper anyway, and the durable
+    // `starting` revision already names every directory (see the lifecycle module docs).
+    *revision = stores.sandboxes.write_with(
+        req.name.as_str(),
+        Some(*revision),
+        record,
+        Durability::Atomic,
+    )?;
     log.phase("wait")?;
     obs.phase("wait");
     let ready = match starting.wait(Instant::now() + req.timeout, cancelled) {
@@ -493,9 +502,14 @@ fn create<B: Backend>(
     record.guest = Some(ready.guest);
     record.backend_data = ready.backend_data;
     record.ready_ms = Some(now_ms());
-    *revision = stores
-        .sandboxes
-        .write(req.name.as_str(), Some(*revision), record)?;
+    // Atomic, not durable: after a machine crash the sandbox is gone whatever this says, and
+    // the `starting` revision (durable) leads the next command to the same cleanup.
+    *revision = stores.sandboxes.write_with(
+        req.name.as_str(),
+        Some(*revision),
+        record,
+        Durability::Atomic,
+    )?;
     Ok(())
 }
 

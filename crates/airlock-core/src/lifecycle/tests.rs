@@ -274,6 +274,30 @@ fn up_records_ready_with_owner_and_guest_then_reuses_with_the_same_epoch() {
 }
 
 #[test]
+fn up_flushes_only_the_running_mark_and_the_starting_record_to_disk() {
+    use crate::atomic::{journal, Durability};
+    let w = world();
+    let fake = Fake::new();
+    journal::take();
+    up_with(&w, &fake, plan()).unwrap();
+    let writes = journal::take();
+    let op = w.stores.operations.path_of(w.name.as_str()).unwrap();
+    let rec = w.stores.sandboxes.path_of(w.name.as_str()).unwrap();
+    let durable: Vec<&PathBuf> = writes
+        .iter()
+        .filter(|(_, d)| *d == Durability::Durable)
+        .map(|(p, _)| p)
+        .collect();
+    // What a machine crash must keep: the operation marked running (L8), then the record
+    // naming the sandbox before anything of it exists.
+    assert_eq!(durable, [&op, &rec], "{writes:?}");
+    // Every other revision is still written (a killed `up` is read back exactly), atomically.
+    let rewrites = |path: &PathBuf| writes.iter().filter(|(p, _)| p == path).count();
+    assert_eq!(rewrites(&rec), 3, "starting, keeper, ready: {writes:?}");
+    assert!(rewrites(&op) >= 6, "every phase is recorded: {writes:?}");
+}
+
+#[test]
 fn status_of_a_ready_sandbox_points_to_attach_its_session() {
     // `up` ends attached to a session; after detaching, `status` must say how to get back.
     let w = world();

@@ -4,7 +4,10 @@
 //! the host sends `push` or `pull`; the guest answers `transfer_ready` (or an error, before any
 //! byte moves); then the tree flows; a push ends with the guest's `transfer_done` once it
 //! published the tree, a pull once the host published it. A failure on either side removes
-//! that side's staged copy and publishes nothing.
+//! that side's staged copy and publishes nothing. After a `transfer_done` the host may send
+//! the next `push` on the same stream (a guest from before this closes the stream instead:
+//! the next push then reads [`TransferError::Closed`] and goes over a new stream); any failure
+//! ends the stream.
 
 use std::os::unix::net::UnixStream;
 

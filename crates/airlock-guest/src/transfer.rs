@@ -67,11 +67,7 @@ pub fn serve(mut stream: UnixStream, shared: &Shared, request: Message) {
             let Ok(mut wire) = Wire::new(stream) else {
                 return;
             };
-            let _result: Result<_, TransferError> = match &request {
-                Message::Push(push) => airlock_files::serve::serve_push(&mut wire, push),
-                Message::Pull(pull) => airlock_files::serve::serve_pull(&mut wire, pull),
-                _ => return,
-            };
+            serve_transfers(&mut wire, request);
             let _ = wire.stream().shutdown(std::net::Shutdown::Both);
         }
         other => {
@@ -80,6 +76,31 @@ pub fn serve(mut stream: UnixStream, shared: &Shared, request: Message) {
                 &mut stream,
                 Message::Error(RemoteError::new(ErrorCode::UnexpectedMessage, message)),
             );
+        }
+    }
+}
+
+/// Serves `first` and, after each push that published its tree, the next push on the same
+/// stream (`up` sends all its home files this way: one stream, one identity switch). A pull,
+/// a failure, anything but a push, or the host closing the stream ends it.
+fn serve_transfers(wire: &mut Wire, first: Message) {
+    let mut request = first;
+    loop {
+        let published = match &request {
+            Message::Push(push) => airlock_files::serve::serve_push(wire, push).is_ok(),
+            Message::Pull(pull) => {
+                let _result: Result<_, TransferError> =
+                    airlock_files::serve::serve_pull(wire, pull);
+                false
+            }
+            _ => false,
+        };
+        if !published {
+            return;
+        }
+        match wire.recv_message("after a push") {
+            Ok(next @ Message::Push(_)) => request = next,
+            Ok(_) | Err(_) => return,
         }
     }
 }

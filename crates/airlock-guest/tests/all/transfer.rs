@@ -281,3 +281,32 @@ fn a_transfer_thread_holds_no_capability_even_when_its_uid_does_not_change() {
     assert_eq!(remote_code(result), ErrorCode::PermissionDenied);
     assert_eq!(fs::read_dir(out.path()).unwrap().count(), 0);
 }
+
+#[test]
+fn one_stream_carries_several_pushes_until_one_is_refused() {
+    let guest = Guest::start();
+    let host = tempfile::tempdir().unwrap();
+    for (name, text) in [("a", "first"), ("b", "second")] {
+        fs::write(host.path().join(name), text).unwrap();
+    }
+    fs::create_dir(host.path().join("d")).unwrap();
+    let sandbox = open_tempdir();
+    let dest = sandbox.path().to_str().unwrap();
+    let source = |name: &str| Source {
+        parent: dir_fd(host.path()),
+        name: name.to_owned(),
+    };
+    let mut wire = connect(guest.stream(), &guest.key).unwrap();
+    for name in ["a", "b", "d"] {
+        push(&mut wire, &source(name), dest, false, &NoProgress).unwrap();
+    }
+    assert_eq!(fs::read(sandbox.path().join("a")).unwrap(), b"first");
+    assert_eq!(fs::read(sandbox.path().join("b")).unwrap(), b"second");
+    assert!(sandbox.path().join("d").is_dir());
+    // A refusal ends the stream: the push after it finds the stream closed.
+    let refused = push(&mut wire, &source("a"), dest, false, &NoProgress);
+    assert_eq!(remote_code(refused), ErrorCode::AlreadyExists);
+    let after = push(&mut wire, &source("b"), dest, true, &NoProgress);
+    assert!(matches!(after, Err(TransferError::Closed)), "{after:?}");
+    assert_eq!(fs::read(sandbox.path().join("b")).unwrap(), b"second");
+}

@@ -7,7 +7,6 @@
 //! published atomically, with no process started inside. A skipped file is a note in `up`'s output naming the file and line; `up`
 //! still succeeds.
 
-use std::collections::BTreeSet;
 use std::io::Cursor;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -133,10 +132,12 @@ fn host_git_identity(home: &Path) -> (Option<String>, Option<String>) {
 
 /// Writes `files` into the sandbox home of the ready sandbox `record` through the guest's file
 /// transfer (the path of `airlock push`), so nothing is run inside: an image without a shell
-/// takes them too. Each file is staged with its mode in a private temporary directory of the
-/// host and pushed with `replace` into its parent directory, which the guest publishes
-/// atomically as the sandbox user, following no link inside; a missing parent directory is
-/// pushed first, empty and 0700.
+/// takes them too. The files are staged with their modes as one tree in a private temporary
+/// directory of the host (missing parents as empty 0700 directories) and pushed over one
+/// stream, which the guest serves as the sandbox user, publishing each push atomically and
+/// following no link: a file with `replace` into its parent; a directory without, so one
+/// that exists is kept and its staged entries are pushed into it the same way (a fresh home
+/// takes each top-level entry in one push).
 pub fn apply(
     backend: &LinuxBackend,
     record: &SandboxRecord,
@@ -147,106 +148,147 @@ pub fn apply(
         .prefix("airlock-home-")
         .tempdir()
         .map_err(|e| write_error(home, &format!("cannot stage the home files: {e}")))?;
-    let mut present: BTreeSet<PathBuf> = BTreeSet::new();
-    for (i, f) in files.iter().enumerate() {
+    let root = staging.path().join("home");
+    std::fs::create_dir(&root)
+        .map_err(|e| write_error(home, &format!("cannot stage the home files: {e}")))?;
+    for f in files {
         let target = home.join(&f.home_rel);
-        let (Some(name), Some(parent)) = (f.home_rel.file_name(), f.home_rel.parent()) else {
-            return Err(write_error(&target, "not a file name below the home"));
-        };
-        let dir = staging.path().join(format!("f{i}"));
-        stage(&dir, name, Some((&f.contents, f.mode)))
-            .map_err(|e| write_error(&target, &format!("cannot stage it on the host: {e}")))?;
-        let mut at = PathBuf::new();
-        for component in parent.components() {
-            let below = home.join(&at);
-            at.push(component);
-            if present.insert(at.clone()) {
-                let dir = staging.path().join(format!("d{i}-{}", present.len()));
-                let name = component.as_os_str();
-                stage(&dir, name, None)
-                    .map_err(|e| write_error(&home.join(&at), &format!("cannot stage it: {e}")))?;
-                push(backend, record, &dir, name, &below, false, &home.join(&at))?;
-            }
+        stage(&root, f).map_err(|e| write_error(&target, &e))?;
+    }
+    let mut pusher = Pusher {
+        backend,
+        record,
+        wire: None,
+    };
+    push_entries(&mut pusher, &root, home)
+}
+
+/// Stages `f` below `root`, creating its missing parents as empty 0700 directories.
+fn stage(root: &Path, f: &HomeFile) -> Result<(), String> {
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+    let plain = f
+        .home_rel
+        .components()
+        .all(|c| matches!(c, std::path::Component::Normal(_)));
+    let (Some(_), Some(parent), true) = (f.home_rel.file_name(), f.home_rel.parent(), plain)
+    else {
+        return Err("not a file name below the home".to_owned());
+    };
+    let staged = |e: std::io::Error| format!("cannot stage it on the host: {e}");
+    let mut dir = root.to_path_buf();
+    for component in parent.components() {
+        dir.push(component);
+        match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+            Ok(()) => std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
+                .map_err(staged)?,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(staged(e)),
         }
-        push(
-            backend,
-            record,
-            &dir,
-            name,
-            &home.join(parent),
-            true,
-            &target,
-        )?;
+    }
+    let path = root.join(&f.home_rel);
+    let mut out = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)
+        .map_err(staged)?;
+    std::io::Write::write_all(&mut out, &f.contents).map_err(staged)?;
+    out.set_permissions(std::fs::Permissions::from_mode(f.mode & 0o777))
+        .map_err(staged)
+}
+
+/// Pushes every entry of the staged directory `staged` into the sandbox directory `into`
+/// (see [`apply`]), in name order.
+fn push_entries(pusher: &mut Pusher<'_>, staged: &Path, into: &Path) -> Result<(), HostError> {
+    let mut entries: Vec<(std::ffi::OsString, bool)> = std::fs::read_dir(staged)
+        .and_then(|dir| {
+            dir.map(|e| e.and_then(|e| Ok((e.file_name(), e.file_type()?.is_dir()))))
+                .collect()
+        })
+        .map_err(|e| write_error(into, &format!("cannot read its staged copy: {e}")))?;
+    entries.sort();
+    for (name, is_dir) in entries {
+        let shown = into.join(&name);
+        match pusher.push(staged, &name, into, !is_dir, &shown)? {
+            Pushed::Published => {}
+            Pushed::Exists => push_entries(pusher, &staged.join(&name), &shown)?,
+        }
     }
     Ok(())
 }
 
-/// `dir/name`: a file with `contents` and mode, or (`None`) an empty 0700 directory.
-fn stage(dir: &Path, name: &std::ffi::OsStr, file: Option<(&[u8], u32)>) -> std::io::Result<()> {
-    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-    std::fs::create_dir(dir)?;
-    let path = dir.join(name);
-    match file {
-        Some((contents, mode)) => {
-            let mut out = std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .open(&path)?;
-            std::io::Write::write_all(&mut out, contents)?;
-            out.set_permissions(std::fs::Permissions::from_mode(mode & 0o777))
-        }
-        None => {
-            std::fs::create_dir(&path)?;
-            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o700))
-        }
-    }
+/// What one push did.
+enum Pushed {
+    Published,
+    /// A directory pushed without `replace` exists already (kept as it is).
+    Exists,
 }
 
-/// Pushes the staged `dir/name` into the sandbox directory `into`; without `replace`, an
-/// existing entry there is left as it is (a directory that already exists).
-fn push(
-    backend: &LinuxBackend,
-    record: &SandboxRecord,
-    dir: &Path,
-    name: &std::ffi::OsStr,
-    into: &Path,
-    replace: bool,
-    shown: &Path,
-) -> Result<(), HostError> {
-    let fail = |why: String| write_error(shown, &why);
-    let parent = rustix::fs::open(
-        dir,
-        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
-        rustix::fs::Mode::empty(),
-    )
-    .map_err(|e| fail(format!("cannot open its staged copy: {e}")))?;
-    let source = airlock_files::Source {
-        parent,
-        name: name.to_string_lossy().into_owned(),
-    };
-    let dest = into
-        .to_str()
-        .ok_or_else(|| fail("the path is not UTF-8".to_owned()))?;
-    let channel = backend
-        .connect(record)
-        .map_err(|e| HostError::internal("agent.connect", e.to_string()))?;
-    let key = key_of(&channel.key)?;
-    let mut wire = airlock_files::connect(channel.stream, &key).map_err(|e| fail(e.to_string()))?;
-    match airlock_files::push(
-        &mut wire,
-        &source,
-        dest,
-        replace,
-        &airlock_files::NoProgress,
-    ) {
-        Ok(_) => Ok(()),
-        Err(airlock_files::TransferError::Remote(r))
-            if !replace && r.code == airlock_protocol::ErrorCode::AlreadyExists =>
-        {
-            Ok(())
+/// Pushes over one authenticated stream, opened on first use and kept while pushes succeed.
+struct Pusher<'a> {
+    backend: &'a LinuxBackend,
+    record: &'a SandboxRecord,
+    wire: Option<airlock_files::Wire>,
+}
+
+impl Pusher<'_> {
+    fn connect(&self, shown: &Path) -> Result<airlock_files::Wire, HostError> {
+        let channel = self
+            .backend
+            .connect(self.record)
+            .map_err(|e| HostError::internal("agent.connect", e.to_string()))?;
+        let key = key_of(&channel.key)?;
+        airlock_files::connect(channel.stream, &key).map_err(|e| write_error(shown, &e.to_string()))
+    }
+
+    /// Pushes the staged `dir/name` into the sandbox directory `into`; without `replace`, an
+    /// existing entry there is left as it is ([`Pushed::Exists`]).
+    fn push(
+        &mut self,
+        dir: &Path,
+        name: &std::ffi::OsStr,
+        into: &Path,
+        replace: bool,
+        shown: &Path,
+    ) -> Result<Pushed, HostError> {
+        let fail = |why: String| write_error(shown, &why);
+        let dest = into
+            .to_str()
+            .ok_or_else(|| fail("the path is not UTF-8".to_owned()))?;
+        loop {
+            let (mut wire, reused) = match self.wire.take() {
+                Some(wire) => (wire, true),
+                None => (self.connect(shown)?, false),
+            };
+            let parent = rustix::fs::open(
+                dir,
+                rustix::fs::OFlags::RDONLY
+                    | rustix::fs::OFlags::DIRECTORY
+                    | rustix::fs::OFlags::CLOEXEC,
+                rustix::fs::Mode::empty(),
+            )
+            .map_err(|e| fail(format!("cannot open its staged copy: {e}")))?;
+            let source = airlock_files::Source {
+                parent,
+                name: name.to_string_lossy().into_owned(),
+            };
+            match airlock_files::push(&mut wire, &source, dest, replace, &airlock_files::NoProgress)
+            {
+                Ok(_) => {
+                    self.wire = Some(wire);
+                    return Ok(Pushed::Published);
+                }
+                // The guest ends the stream after a refusal: the next push opens another.
+                Err(airlock_files::TransferError::Remote(r))
+                    if !replace && r.code == airlock_protocol::ErrorCode::AlreadyExists =>
+                {
+                    return Ok(Pushed::Exists)
+                }
+                // A guest from before streams of several pushes closed it after the last one.
+                Err(airlock_files::TransferError::Closed) if reused => continue,
+                Err(e) => return Err(fail(e.to_string())),
+            }
         }
-        Err(e) => Err(fail(e.to_string())),
     }
 }
 

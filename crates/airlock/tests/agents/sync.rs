@@ -210,3 +210,41 @@ fn plan_shows_the_agents_tool_dir_sync_allowlist_and_persisted_state() {
         );
     }
 }
+
+#[test]
+fn home_files_land_with_their_modes_as_the_sandbox_user_on_a_fresh_and_a_retained_up() {
+    let env = TestEnv::new();
+    let project = env.git_project("proj");
+    let sb = Sandboxed {
+        env: &env,
+        dir: project,
+    };
+    let files = "\"$HOME/.gitconfig\" \"$HOME/.config\" \"$HOME/.config/airlock\" \
+                 \"$HOME/.config/airlock/git-credential-placeholder\"";
+    let expected = |user: &str| {
+        format!("600 {user}\n700 {user}\n700 {user}\n700 {user}\n")
+    };
+    sb.run(&["up", "--no-attach"]).assert_code(0);
+    let user = sb.exec("id -un");
+    user.assert_code(0);
+    let user = user.stdout.trim().to_owned();
+    let modes = sb.exec(&format!("stat -c '%a %U' {files}"));
+    modes.assert_code(0);
+    assert_eq!(modes.stdout, expected(&user));
+    // Retained: `.config` and `.config/airlock` exist (kept with what else they hold), the
+    // files are replaced whole.
+    sb.exec(
+        "echo mine > \"$HOME/.config/other\" && echo edited > \"$HOME/.gitconfig\" && \
+         chmod 644 \"$HOME/.gitconfig\" && rm \"$HOME/.config/airlock/git-credential-placeholder\"",
+    )
+    .assert_code(0);
+    let again = sb.run(&["up", "--no-attach", "--json"]);
+    again.assert_code(0);
+    assert_eq!(again.json()["reused"], true);
+    let modes = sb.exec(&format!("stat -c '%a %U' {files}"));
+    assert_eq!(modes.stdout, expected(&user));
+    let kept = sb.exec("cat \"$HOME/.config/other\" && grep -c airlock \"$HOME/.gitconfig\"");
+    kept.assert_code(0);
+    assert!(kept.stdout.starts_with("mine\n"), "{}", kept.stdout);
+    sb.run(&["down"]).assert_code(0);
+}

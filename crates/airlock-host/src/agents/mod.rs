@@ -190,7 +190,9 @@ pub fn setup_ready(
         .stores
         .lock(name, crate::lifecycle::lock_wait())
         .map_err(lifecycle_error)?;
-    let report = lifecycle::status(&host.stores, &host.backend, name).map_err(lifecycle_error)?;
+    // The readiness proofs of `status` without its disk-use walk (nothing here reports it).
+    let report =
+        lifecycle::readiness(&host.stores, &host.backend, name).map_err(lifecycle_error)?;
     let record = match report.record {
         Some(r) if report.health == Health::Ready && r.epoch == *epoch => r,
         Some(_) | None => {

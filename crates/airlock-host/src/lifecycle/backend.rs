@@ -299,10 +299,14 @@ impl Backend for LinuxBackend {
             what: "the start request",
             source,
         })?;
-        airlock_core::write_atomic(&path, &bytes, 0o600).map_err(|source| BackendError::Write {
-            path: path.clone(),
-            source,
-        })
+        // Not flushed: read by the keeper this `up` starts next (and while it runs, by `exec`,
+        // `push`/`pull` and sessions); after a machine crash it describes nothing that runs,
+        // and its directory goes with the next cleanup.
+        airlock_core::write_atomic_with(&path, &bytes, 0o600, airlock_core::Durability::Atomic)
+            .map_err(|source| BackendError::Write {
+                path: path.clone(),
+                source,
+            })
     }
 
     fn start(&self, record: &SandboxRecord) -> Result<Box<dyn Starting + '_>, BackendError> {

@@ -110,7 +110,8 @@ fn locked_state<B: Backend>(
     let Some(rec) = stores.record(name)? else {
         return Ok(None);
     };
-    let health = assess_locked(&rec.data, &backend.inspect(&rec.data));
+    // Health needs the proofs, not the disk use (`stop_measured` measures what it frees).
+    let health = assess_locked(&rec.data, &backend.probe(&rec.data));
     Ok(Some((rec, health)))
 }
 

@@ -175,14 +175,16 @@ fn state_file(path: &Path) -> Result<(), HostError> {
 /// Base setup of the agent and git in the ready sandbox (A1, A2, A3, A5), under the sandbox's
 /// lock so a concurrent `down` cannot pull the sandbox away mid-write: installs a missing agent
 /// command ([`install::ensure`]), then writes the synced configuration and git's configuration
-/// ([`home`]). When the sandbox `up` made ready is no longer the ready one (a concurrent `down`
-/// won the lock), nothing is done and a note says so. Returns notes for `up`'s output.
+/// ([`home`]; `base` is [`home::base_files`], which `up` collects from the host while the
+/// sandbox starts). When the sandbox `up` made ready is no longer the ready one (a concurrent
+/// `down` won the lock), nothing is done and a note says so. Returns notes for `up`'s output.
 pub fn setup_ready(
     host: &crate::Host,
     name: &airlock_core::names::SandboxName,
     epoch: &airlock_core::records::Epoch,
     eff: &Effective,
     roots: &Roots,
+    base: home::BaseFiles,
 ) -> Result<Vec<String>, HostError> {
     use airlock_core::lifecycle::{self, Health};
     let lifecycle_error = crate::lifecycle::lifecycle_error;
@@ -208,7 +210,6 @@ pub fn setup_ready(
         }
         install::Installed::NoAgent | install::Installed::Present => {}
     }
-    let base = home::base_files(eff, roots);
     // The home files (synced agent configuration, git's configuration) are conveniences: an
     // image that cannot take them (no working /bin/sh, a read-only home) still comes up, and
     // `up` says what is missing instead of failing.

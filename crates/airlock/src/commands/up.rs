@@ -116,15 +116,23 @@ pub fn run(args: UpArgs, ctx: &Context) -> Result<Report, HostError> {
         cancel: cancel.flag(),
         timings: Vec::new(),
     };
-    let outcome = lifecycle::up(
-        &setup.stores,
-        &setup.backend,
-        request,
-        &mut progress,
-        &mut provisioner,
-        &cancelled,
-    )
-    .map_err(lifecycle_error);
+    // The home files come from the host only (synced agent configuration, a git process for
+    // the user's identity): collected while the sandbox starts, not after.
+    let (outcome, base) = std::thread::scope(|scope| {
+        let base = scope.spawn(|| airlock_host::agents::home::base_files(&effective, &roots));
+        let outcome = lifecycle::up(
+            &setup.stores,
+            &setup.backend,
+            request,
+            &mut progress,
+            &mut provisioner,
+            &cancelled,
+        );
+        let base = base
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        (outcome.map_err(lifecycle_error), base)
+    });
     drop(progress);
     let outcome = outcome?;
     let total = ms(t0.elapsed());
@@ -150,6 +158,7 @@ pub fn run(args: UpArgs, ctx: &Context) -> Result<Report, HostError> {
         &outcome.record.epoch,
         &effective,
         &roots,
+        base,
     )?);
     // Issue 11: the user config's `[[ports]]`, on every `up` (fresh or retained).
     notes.extend(airlock_host::lifecycle::ports::publish_configured(

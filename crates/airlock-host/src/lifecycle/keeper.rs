@@ -106,6 +106,11 @@ pub fn main(args: &[OsString]) -> i32 {
     if let Some(note) = &note {
         let _ = fs::write(state_dir.join(EXIT_NOTE), format!("{note}\n"));
     }
+    // The proxy's exit overlaps the sandbox's teardown (else the cgroup's destroy finds it
+    // alive, kills it and polls until it is gone, after the sandbox).
+    if let Some(sup) = proxy.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+        sup.begin_stop();
+    }
     teardown(sandbox, cgroup, &listener);
     drop(proxy);
     i32::from(note.is_some())

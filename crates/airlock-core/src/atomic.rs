@@ -366,9 +366,17 @@ mod tests {
         {
             let text = format!("version {n}");
             write_atomic_with(&path, text.as_bytes(), 0o640, durability).unwrap();
-            assert_eq!(std::fs::read_to_string(&path).unwrap(), text, "{durability:?}");
+            assert_eq!(
+                std::fs::read_to_string(&path).unwrap(),
+                text,
+                "{durability:?}"
+            );
             assert_eq!(std::fs::metadata(&path).unwrap().mode() & 0o7777, 0o640);
-            assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1, "{durability:?}");
+            assert_eq!(
+                std::fs::read_dir(dir.path()).unwrap().count(),
+                1,
+                "{durability:?}"
+            );
         }
     }
 

@@ -170,8 +170,7 @@ fn stage(root: &Path, f: &HomeFile) -> Result<(), String> {
         .home_rel
         .components()
         .all(|c| matches!(c, std::path::Component::Normal(_)));
-    let (Some(_), Some(parent), true) = (f.home_rel.file_name(), f.home_rel.parent(), plain)
-    else {
+    let (Some(_), Some(parent), true) = (f.home_rel.file_name(), f.home_rel.parent(), plain) else {
         return Err("not a file name below the home".to_owned());
     };
     let staged = |e: std::io::Error| format!("cannot stage it on the host: {e}");
@@ -272,8 +271,13 @@ impl Pusher<'_> {
                 parent,
                 name: name.to_string_lossy().into_owned(),
             };
-            match airlock_files::push(&mut wire, &source, dest, replace, &airlock_files::NoProgress)
-            {
+            match airlock_files::push(
+                &mut wire,
+                &source,
+                dest,
+                replace,
+                &airlock_files::NoProgress,
+            ) {
                 Ok(_) => {
                     self.wire = Some(wire);
                     return Ok(Pushed::Published);

@@ -221,9 +221,7 @@ fn home_files_land_with_their_modes_as_the_sandbox_user_on_a_fresh_and_a_retaine
     };
     let files = "\"$HOME/.gitconfig\" \"$HOME/.config\" \"$HOME/.config/airlock\" \
                  \"$HOME/.config/airlock/git-credential-placeholder\"";
-    let expected = |user: &str| {
-        format!("600 {user}\n700 {user}\n700 {user}\n700 {user}\n")
-    };
+    let expected = |user: &str| format!("600 {user}\n700 {user}\n700 {user}\n700 {user}\n");
     sb.run(&["up", "--no-attach"]).assert_code(0);
     let user = sb.exec("id -un");
     user.assert_code(0);

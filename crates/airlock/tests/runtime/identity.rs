@@ -321,23 +321,44 @@ fn host_gid(rt: &Rt) -> u32 {
     std::fs::metadata(&rt.project).unwrap().gid()
 }
 
+/// Unmounts (detached) the bind mount at its path when the test ends, however it ends.
+struct BindGuard(std::path::PathBuf);
+
+impl Drop for BindGuard {
+    fn drop(&mut self) {
+        let _ = nix::mount::umount2(&self.0, nix::mount::MntFlags::MNT_DETACH);
+    }
+}
+
 /// I5 / 9.5b: a root invoker's sandbox refuses a mount whose filesystem cannot be id-mapped
-/// (sysfs here, as NFS and FUSE elsewhere) with the reason, instead of showing it as host
-/// root's files. Unprivileged invokers bind it under their own ids, as before.
+/// (sysfs here, bound outside `/sys`, which a mount may not name; NFS and FUSE elsewhere)
+/// with the reason, instead of showing it as host root's files. Unprivileged invokers bind it
+/// under their own ids, as before.
 #[test]
 fn root_invoker_refuses_a_filesystem_that_cannot_be_id_mapped() {
     let rt = Rt::invoker();
     if !airlock_testkit::needs_root("the invoker must be root") {
         return;
     }
-    rt.env.write_user_config(
-        "[[mount]]\nname = \"mm\"\npath = \"/sys/kernel/mm\"\nread_only = true\n",
-    );
+    let target = rt.env.dir("sysfs-mm");
+    nix::mount::mount(
+        Some("/sys/kernel/mm"),
+        &target,
+        None::<&str>,
+        nix::mount::MsFlags::MS_BIND,
+        None::<&str>,
+    )
+    .expect("bind /sys/kernel/mm for the test");
+    let _bound = BindGuard(target.clone());
+    rt.env.write_user_config(&format!(
+        "[[mount]]\nname = \"mm\"\npath = \"{}\"\nread_only = true\n",
+        target.display()
+    ));
     let run = rt.sh(&[], "echo started");
     run.assert_code(69);
     assert!(!run.stdout.contains("started"), "{run:?}");
     assert!(
-        run.stderr.contains("/sys/kernel/mm") && run.stderr.contains("id-mapped"),
+        run.stderr.contains(&target.display().to_string()) && run.stderr.contains("id-mapped"),
         "{}",
         run.stderr
     );

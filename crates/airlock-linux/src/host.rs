@@ -26,12 +26,10 @@
 
 use std::fs;
 use std::io::Write;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::os::unix::net::UnixStream;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use airlock_protocol::Key;
@@ -43,7 +41,6 @@ use crate::bootstrap::{
 use crate::idmap::{self, HostIds, IdMapError, IdPlan};
 use crate::idmounts::{self, IdMountError};
 use crate::spec::SandboxSpec;
-use crate::sys::fd::place_fds;
 
 #[derive(Debug, Error)]
 pub enum StartError {
@@ -125,7 +122,7 @@ pub struct StartTimings {
 pub struct Sandbox {
     id: String,
     dir: PathBuf,
-    init: Child,
+    init: crate::sys::spawn::Spawned,
     pid1: Option<OwnedFd>,
     control: Option<OwnedFd>,
     key: [u8; KEY_LEN],
@@ -219,36 +216,41 @@ impl Sandbox {
         let (boot_r, boot_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
             .map_err(|e| io("pipe")(e.into()))?;
 
-        let mut cmd = Command::new(&opts.exe);
         // Its own process group (set in the child before exec, so no window): a Ctrl+C on the
         // terminal signals the whole foreground group, and the init stage (default SIGINT
         // action) dying of it would kill PID 1 through PDEATHSIG before airlock forwards the
-        // signal to the command. Airlock alone decides what the sandbox gets.
-        cmd.process_group(0);
-        cmd.arg(INIT_VERB)
-            .env_clear()
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit());
+        // signal to the command. Airlock alone decides what the sandbox gets. Started without
+        // copying airlock's address space (`sys::spawn`), with an empty environment (nothing of
+        // the host environment reaches the guest implicitly), stdin and stdout on /dev/null.
         let sync_guest = OwnedFd::from(sync_guest);
-        // The join first: placing the protocol descriptors may reuse the join files' numbers.
-        if let Some(join) = join {
-            crate::sys::fd::join_before_exec(&mut cmd, join.raw());
-        }
-        place_fds(
-            &mut cmd,
-            &[
-                (&boot_r, BOOTSTRAP_FD),
-                (&sync_guest, SYNC_FD),
-                (&control_guest, CONTROL_FD),
-            ],
-        );
-        // A failed join (the child's write to a join file) fails the spawn itself.
-        let child = cmd.spawn().map_err(|source| StartError::Spawn {
+        let null = fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/null")
+            .map_err(io("opening /dev/null"))?;
+        let spawn_error = |source| StartError::Spawn {
             exe: opts.exe.clone(),
             source,
-        })?;
-        drop((boot_r, sync_guest, control_guest));
+        };
+        let exe = crate::sys::spawn::c_string(&opts.exe).map_err(spawn_error)?;
+        let verb = std::ffi::CString::new(INIT_VERB).map_err(|e| spawn_error(e.into()))?;
+        let join_fds = join.map(|j| j.raw()).unwrap_or_default();
+        let request = crate::sys::spawn::SpawnRequest {
+            exe: &exe,
+            argv: &[&exe, &verb],
+            // A failed join (the child's write to a join file) fails the spawn itself.
+            join: &join_fds,
+            fds: &[
+                (null.as_raw_fd(), 0),
+                (null.as_raw_fd(), 1),
+                (boot_r.as_raw_fd(), BOOTSTRAP_FD),
+                (sync_guest.as_raw_fd(), SYNC_FD),
+                (control_guest.as_raw_fd(), CONTROL_FD),
+            ],
+            new_process_group: true,
+        };
+        let child = crate::sys::spawn::spawn(&request).map_err(spawn_error)?;
+        drop((boot_r, sync_guest, control_guest, null));
 
         let mut sandbox = Sandbox {
             id: spec.id.clone(),

@@ -12,3 +12,4 @@ pub mod monitor;
 pub mod net;
 pub mod probe;
 pub mod process;
+pub mod spawn;

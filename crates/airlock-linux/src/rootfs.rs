@@ -588,12 +588,39 @@ fn remount_bind(target: &Path, extra: MsFlags) -> Result<(), RootfsError> {
     })
 }
 
+/// Creates `path` with exactly `mode`: `mkdir(2)` applies it (less the umask), and a `chmod`
+/// follows only when the umask took bits away (or `mode` has bits `mkdir` ignores). Under the
+/// usual umask 022 the directories of a root filesystem (0755, 0700) need no `chmod`: some sixty
+/// fewer syscalls per sandbox start.
 fn mkdir(path: &Path, mode: u32) -> Result<(), RootfsError> {
-    fs::create_dir(path).map_err(|source| RootfsError::Create {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    set_mode(path, mode)
+    use std::os::unix::fs::DirBuilderExt;
+    fs::DirBuilder::new()
+        .mode(mode)
+        .create(path)
+        .map_err(|source| RootfsError::Create {
+            path: path.to_path_buf(),
+            source,
+        })?;
+    if mkdir_needs_chmod(mode, process_umask()) {
+        set_mode(path, mode)?;
+    }
+    Ok(())
+}
+
+/// Whether a directory made by `mkdir(path, mode)` under `umask` lacks bits of `mode`.
+fn mkdir_needs_chmod(mode: u32, umask: u32) -> bool {
+    mode & umask & 0o777 != 0 || mode & !0o1777 != 0
+}
+
+/// This process's umask, read once (it is only read, never changed, while the root is built).
+fn process_umask() -> u32 {
+    static UMASK: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *UMASK.get_or_init(|| {
+        // Reading the umask means setting it: put the old value straight back.
+        let old = rustix::process::umask(rustix::fs::Mode::empty());
+        rustix::process::umask(old);
+        old.bits()
+    })
 }
 
 fn set_mode(path: &Path, mode: u32) -> Result<(), RootfsError> {
@@ -655,5 +682,33 @@ mod tests {
             .collect();
         let pos = |p: &str| order.iter().position(|o| o == Path::new(p)).unwrap();
         assert!(pos("/home/u/proj") < pos("/home/u/proj/sub"));
+    }
+
+    #[test]
+    fn root_directories_get_exactly_their_mode_whatever_the_umask() {
+        use std::os::unix::fs::PermissionsExt;
+        // The decision: a chmod only where mkdir's mode lost bits to the umask.
+        assert!(!mkdir_needs_chmod(0o755, 0o022));
+        assert!(!mkdir_needs_chmod(0o700, 0o077));
+        assert!(
+            mkdir_needs_chmod(0o1777, 0o022),
+            "/tmp would lose group/other write"
+        );
+        assert!(
+            mkdir_needs_chmod(0o755, 0o077),
+            "a strict umask would leave 0700"
+        );
+        assert!(
+            mkdir_needs_chmod(0o2755, 0),
+            "setgid is not applied by mkdir"
+        );
+        // And for real, under this process's umask.
+        let tmp = tempfile::tempdir().unwrap();
+        for (name, mode) in [("a", 0o755), ("b", 0o700), ("c", 0o1777), ("d", 0o555)] {
+            let path = tmp.path().join(name);
+            mkdir(&path, mode).unwrap();
+            let got = fs::metadata(&path).unwrap().permissions().mode() & 0o7777;
+            assert_eq!(got, mode, "{name}: {got:o} instead of {mode:o}");
+        }
     }
 }

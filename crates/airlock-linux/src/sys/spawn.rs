@@ -99,7 +99,9 @@ pub fn spawn(req: &SpawnRequest<'_>) -> std::io::Result<Spawned> {
         new_process_group: req.new_process_group,
         failed: AtomicI32::new(0),
     };
-    let mut stack = vec![0u8; STACK_SIZE];
+    // Not initialised (the child writes before it reads, like any stack): zeroing it would
+    // fault in all its pages, of which the child touches a few at the top.
+    let mut stack: Vec<u8> = Vec::with_capacity(STACK_SIZE);
     // The stack grows down from its (16-byte aligned) end.
     let top = (stack.as_mut_ptr() as usize + STACK_SIZE) & !15;
 

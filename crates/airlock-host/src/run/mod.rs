@@ -65,8 +65,19 @@ impl EphemeralRun {
         // start (9.10: a connection flood from inside costs the sandbox, not the host).
         let mut cgroup = limits::prepare(spec, warn)?;
         phases.done("cgroup");
-        let started = cgroup
-            .join_fds()
+        // The join files, opened once (cgroupfs opens are not free): the proxy child gets
+        // duplicates, the init stage these.
+        let join = match cgroup.join_fds() {
+            Ok(join) => join,
+            Err(e) => {
+                cgroup.destroy();
+                return Err(start_error(StartError::Limits(e)));
+            }
+        };
+        let started = join
+            .as_ref()
+            .map(airlock_linux::cgroup::JoinFds::try_clone)
+            .transpose()
             .map_err(|e| {
                 HostError::new(
                     ErrorKind::BackendUnavailable,
@@ -83,10 +94,8 @@ impl EphemeralRun {
             }
         };
         phases.done("egress");
-        let started = cgroup
-            .join_fds()
-            .map_err(StartError::Limits)
-            .and_then(|join| Sandbox::start(spec, &opts, join.as_ref()));
+        let started = Sandbox::start(spec, &opts, join.as_ref());
+        drop(join);
         let sandbox = match started {
             Ok(s) => s,
             Err(e) => {

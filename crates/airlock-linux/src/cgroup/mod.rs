@@ -211,6 +211,19 @@ impl JoinFds {
         self.fds.iter().map(|f| f.as_raw_fd()).collect()
     }
 
+    /// Duplicates of the descriptors (`F_DUPFD_CLOEXEC`: the same open files), for a second
+    /// child that joins the same cgroup.
+    pub fn try_clone(&self) -> std::io::Result<JoinFds> {
+        Ok(JoinFds {
+            fds: self
+                .fds
+                .iter()
+                .map(OwnedFd::try_clone)
+                .collect::<std::io::Result<_>>()?,
+            paths: self.paths.clone(),
+        })
+    }
+
     /// The files, for error messages (same order as [`JoinFds::raw`]).
     pub fn paths(&self) -> &[PathBuf] {
         &self.paths

@@ -670,5 +670,22 @@ fn a_child_joining_through_the_join_files_is_in_the_cgroup_of_every_hierarchy_be
     }
     drop(child.stdin.take());
     child.wait().unwrap();
+    // A duplicate (the egress proxy's, in `run`) joins the same cgroup, also once the
+    // original descriptors are closed.
+    let dup = join.try_clone().unwrap();
+    drop(join);
+    let mut cmd = Command::new("/bin/cat");
+    cmd.arg("/proc/self/cgroup").stdout(Stdio::piped());
+    crate::sys::fd::join_before_exec(&mut cmd, dup.raw());
+    let out = cmd.output().unwrap();
+    let inside = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.ends_with(&suffix))
+        .count();
+    assert!(
+        inside >= cg.paths().len(),
+        "through the duplicate: in {inside} of {} hierarchies",
+        cg.paths().len()
+    );
     cg.destroy(Duration::from_secs(5)).unwrap();
 }

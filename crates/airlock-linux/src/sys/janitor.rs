@@ -305,6 +305,11 @@ fn kill_round(procs: &CString) -> usize {
             }
         }
     });
+    if n == 0 {
+        // Nothing to signal (an empty cgroup, the usual case at the end of a run): no second
+        // read of `cgroup.procs`.
+        return listed;
+    }
     let opened = &mut batch[..n];
     opened.sort_unstable_by_key(|&(p, _)| p);
     for_each_pid(procs, |pid| {

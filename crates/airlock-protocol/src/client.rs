@@ -2,9 +2,13 @@
 //!
 //! Order of operations: [`ExecClient::connect`] runs the handshake on a freshly opened stream;
 //! [`ExecClient::run`] sends `exec`, starts a thread that pumps host stdin into `stdin` frames
-//! (then `stdin_closed`), and copies `stdout`/`stderr` frames to the caller's writers in the
-//! order they arrive until `exited`/`signaled` (or a typed `error`). Window-size changes and
-//! signals go in through an [`ExecController`], usable from any thread.
+//! (then `stdin_closed`; without stdin, `stdin_closed` goes out with `exec` and no thread
+//! starts), and copies `stdout`/`stderr` frames to the caller's writers in the order they
+//! arrive until `exited`/`signaled` (or a typed `error`). [`ExecClient::request`] does the
+//! same in one round trip fewer: the request goes out with the handshake's `host_hello`
+//! (`handshake::host_handshake_then`), and [`ExecClient::finish`] collects the output and
+//! status. Window-size changes and signals go in through an [`ExecController`], usable from
+//! any thread.
 //!
 //! The stdin pump blocks in `read` on the caller's reader; it cannot be interrupted, so it is
 //! detached and ends at its next read once the stream has been shut down.
@@ -14,11 +18,11 @@ use std::os::unix::net::UnixStream;
 use std::sync::{Arc, Mutex};
 use std::thread;
 
-use crate::frame::FrameError;
-use crate::handshake::{host_handshake, HandshakeError, Key};
+use crate::frame::{write_encoded, FrameError};
+use crate::handshake::{host_handshake, host_handshake_then, HandshakeError, Key};
 use crate::message::{
-    read_packet, write_packet, ExecRequest, Message, Packet, PacketError, RemoteError,
-    RequestError, WindowSize,
+    encode_packet, read_packet, write_packet, ExecRequest, Message, Packet, PacketError,
+    RemoteError, RequestError, WindowSize,
 };
 use crate::version::VersionRange;
 
@@ -95,6 +99,14 @@ impl ExecController {
         write_packet(&mut *writer, packet)
     }
 
+    fn send_encoded(&self, frames: &[u8]) -> Result<(), PacketError> {
+        let mut writer = self
+            .writer
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        write_encoded(&mut *writer, frames).map_err(PacketError::Frame)
+    }
+
     /// Tells the guest the terminal is now `size` (PTY mode; ignored in pipes mode).
     pub fn resize(&self, size: WindowSize) -> Result<(), PacketError> {
         self.send(&Packet::Control(Message::Resize(size)))
@@ -118,14 +130,7 @@ impl ExecClient {
     /// Runs the host side of the handshake on `stream` with this epoch's `key`.
     pub fn connect(mut stream: UnixStream, key: &Key) -> Result<Self, ClientError> {
         let version = host_handshake(&mut stream, key, VersionRange::CURRENT)?;
-        let writer = stream.try_clone().map_err(ClientError::Clone)?;
-        Ok(Self {
-            reader: stream,
-            controller: ExecController {
-                writer: Arc::new(Mutex::new(writer)),
-            },
-            version,
-        })
+        Self::with_stream(stream, version)
     }
 
     /// The negotiated protocol version.
@@ -141,25 +146,67 @@ impl ExecClient {
     /// Runs `request`, streaming `stdin` in (none: stdin is closed at once) and the process's
     /// output out, and returns how it ended.
     pub fn run(
-        mut self,
+        self,
         request: &ExecRequest,
         stdin: Option<Box<dyn Read + Send>>,
         stdout: &mut dyn Write,
         stderr: &mut dyn Write,
     ) -> Result<ExitStatus, ClientError> {
         request.validate()?;
-        self.controller
-            .send(&Packet::Control(Message::Exec(request.clone())))?;
-        match stdin {
-            Some(reader) => {
-                let controller = self.controller.clone();
-                thread::spawn(move || pump_stdin(reader, &controller));
-            }
-            // A failure here (the guest refused the exec and closed) is reported by `receive`.
-            None => {
-                let _ = self.controller.send(&Packet::Control(Message::StdinClosed));
-            }
+        let mut frames = Vec::new();
+        encode_request(request, stdin.is_none(), &mut frames)?;
+        self.controller.send_encoded(&frames)?;
+        if let Some(reader) = stdin {
+            self.pump(reader);
         }
+        self.finish(stdout, stderr)
+    }
+
+    /// Handshake and request in one round trip: `host_hello`, `exec` and (without `stdin`)
+    /// `stdin_closed` go out in one write, before the guest's `ready`
+    /// ([`host_handshake_then`]). Then `stdin` is pumped in as by [`run`](Self::run); call
+    /// [`finish`](Self::finish) for the output and the status.
+    pub fn request(
+        mut stream: UnixStream,
+        key: &Key,
+        request: &ExecRequest,
+        stdin: Option<Box<dyn Read + Send>>,
+    ) -> Result<Self, ClientError> {
+        request.validate()?;
+        let mut frames = Vec::new();
+        encode_request(request, stdin.is_none(), &mut frames)?;
+        let version = host_handshake_then(&mut stream, key, VersionRange::CURRENT, &frames)?;
+        let client = Self::with_stream(stream, version)?;
+        if let Some(reader) = stdin {
+            client.pump(reader);
+        }
+        Ok(client)
+    }
+
+    fn with_stream(stream: UnixStream, version: u32) -> Result<Self, ClientError> {
+        let writer = stream.try_clone().map_err(ClientError::Clone)?;
+        Ok(Self {
+            reader: stream,
+            controller: ExecController {
+                writer: Arc::new(Mutex::new(writer)),
+            },
+            version,
+        })
+    }
+
+    /// Copies `reader` into `stdin` frames on a thread of its own, then `stdin_closed`.
+    fn pump(&self, reader: Box<dyn Read + Send>) {
+        let controller = self.controller.clone();
+        thread::spawn(move || pump_stdin(reader, &controller));
+    }
+
+    /// Copies the process's output to `stdout`/`stderr` until its status arrives, and returns
+    /// it (after [`request`](Self::request)).
+    pub fn finish(
+        mut self,
+        stdout: &mut dyn Write,
+        stderr: &mut dyn Write,
+    ) -> Result<ExitStatus, ClientError> {
         let result = self.receive(stdout, stderr);
         // Wakes the stdin pump's next write and tells the guest we are gone.
         let _ignored = self.reader.shutdown(std::net::Shutdown::Both);
@@ -210,6 +257,19 @@ impl ExecClient {
             }
         }
     }
+}
+
+/// `exec`, and `stdin_closed` after it when the command gets no input, framed into `out`.
+fn encode_request(
+    request: &ExecRequest,
+    close_stdin: bool,
+    out: &mut Vec<u8>,
+) -> Result<(), PacketError> {
+    encode_packet(&Packet::Control(Message::Exec(request.clone())), out)?;
+    if close_stdin {
+        encode_packet(&Packet::Control(Message::StdinClosed), out)?;
+    }
+    Ok(())
 }
 
 fn copy_out(writer: &mut dyn Write, data: &[u8], stream: &'static str) -> Result<(), ClientError> {
@@ -314,6 +374,83 @@ mod tests {
         let refusal = RemoteError::new(crate::ErrorCode::CommandNotFound, "no such command");
         let err = against(vec![Packet::Control(Message::Error(refusal.clone()))]).unwrap_err();
         assert!(matches!(err, ClientError::Remote(e) if e == refusal));
+    }
+
+    #[test]
+    fn the_request_goes_out_with_the_handshake_before_the_guest_says_ready() {
+        use crate::handshake::{context, verify, KEY_LEN};
+        use std::time::Duration;
+        let key = Key::generate().unwrap();
+        let (mut guest, host) = UnixStream::pair().unwrap();
+        let guest_key = key.clone();
+        let fake = thread::spawn(move || {
+            let nonce = [7u8; KEY_LEN];
+            let versions = VersionRange::CURRENT;
+            let hello = Message::GuestHello {
+                versions,
+                nonce: hex::encode(nonce),
+            };
+            write_packet(&mut guest, &Packet::Control(hello)).unwrap();
+            let Some(Packet::Control(Message::HostHello {
+                versions: theirs,
+                proof,
+            })) = read_packet(&mut guest).unwrap()
+            else {
+                panic!("expected host_hello");
+            };
+            let proof = hex::decode(proof).unwrap();
+            assert!(verify(
+                &guest_key,
+                &nonce,
+                &context(versions, theirs),
+                &proof
+            ));
+            // No `ready` yet: the request must already be here.
+            guest
+                .set_read_timeout(Some(Duration::from_secs(5)))
+                .unwrap();
+            let exec = read_packet(&mut guest).expect("the exec arrives without waiting for ready");
+            assert!(matches!(exec, Some(Packet::Control(Message::Exec(_)))));
+            let closed = read_packet(&mut guest).unwrap();
+            assert!(matches!(
+                closed,
+                Some(Packet::Control(Message::StdinClosed))
+            ));
+            let version = crate::version::negotiate(versions, theirs).unwrap();
+            for reply in [
+                Message::Ready { version },
+                Message::Started { pid: 4 },
+                Message::Exited { code: 3 },
+            ] {
+                write_packet(&mut guest, &Packet::Control(reply)).unwrap();
+            }
+        });
+        let client = ExecClient::request(host, &key, &request(), None).unwrap();
+        let status = client
+            .finish(&mut std::io::sink(), &mut std::io::sink())
+            .unwrap();
+        fake.join().unwrap();
+        assert_eq!(status, ExitStatus::Code(3));
+    }
+
+    #[test]
+    fn a_pipelined_request_without_the_key_is_refused_and_never_read() {
+        let (mut guest, host) = UnixStream::pair().unwrap();
+        let guest_key = Key::generate().unwrap();
+        let fake = thread::spawn(move || {
+            let refused = guest_handshake(&mut guest, &guest_key, VersionRange::CURRENT);
+            assert!(matches!(refused, Err(HandshakeError::BadProof)));
+            // The exec the impostor pipelined is still unread in the guest's queue.
+            let next = read_packet(&mut guest).unwrap();
+            assert!(matches!(next, Some(Packet::Control(Message::Exec(_)))));
+        });
+        let wrong = Key::generate().unwrap();
+        let err = ExecClient::request(host, &wrong, &request(), None).unwrap_err();
+        fake.join().unwrap();
+        assert!(
+            matches!(&err, ClientError::Handshake(HandshakeError::Refused(e)) if e.code == crate::ErrorCode::AuthFailed),
+            "{err:?}"
+        );
     }
 
     #[test]

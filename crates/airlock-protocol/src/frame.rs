@@ -236,8 +236,13 @@ pub fn write_frame(
 ) -> Result<(), FrameError> {
     let mut buf = Vec::new();
     encode(kind, payload, &mut buf)?;
+    write_encoded(writer, &buf)
+}
+
+/// Writes frames already encoded with [`encode`] (one or several) in one write, and flushes.
+pub fn write_encoded(writer: &mut impl Write, frames: &[u8]) -> Result<(), FrameError> {
     writer
-        .write_all(&buf)
+        .write_all(frames)
         .and_then(|()| writer.flush())
         .map_err(|source| FrameError::Io {
             op: "write",

@@ -18,8 +18,9 @@ use std::io::{Read, Write};
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
+use crate::frame::write_encoded;
 use crate::message::{
-    read_packet, write_message, ErrorCode, Message, Packet, PacketError, RemoteError,
+    encode_packet, read_packet, write_message, ErrorCode, Message, Packet, PacketError, RemoteError,
 };
 use crate::version::{negotiate, VersionError, VersionRange};
 
@@ -226,6 +227,21 @@ pub fn host_handshake(
     key: &Key,
     ours: VersionRange,
 ) -> Result<u32, HandshakeError> {
+    host_handshake_then(conn, key, ours, &[])
+}
+
+/// Host side, pipelined: like [`host_handshake`], but `then` (frames already encoded, e.g. an
+/// `exec` request) goes out in the same write as `host_hello`, without waiting for `ready`.
+/// This saves one round trip and changes nothing the guest checks: it reads nothing after
+/// `host_hello` before the proof verified (step 3), and refuses and closes otherwise, so the
+/// pipelined frames of a host without the key are never read. `then` must hold only messages
+/// of the lowest version the host offers (every guest it can agree with knows them).
+pub fn host_handshake_then(
+    conn: &mut (impl Read + Write),
+    key: &Key,
+    ours: VersionRange,
+    then: &[u8],
+) -> Result<u32, HandshakeError> {
     let (theirs, nonce) = match next_message(conn, "guest_hello")? {
         Message::GuestHello { versions, nonce } => (versions, decode32(&nonce, "nonce")?),
         other => {
@@ -243,13 +259,14 @@ pub fn host_handshake(
         }
     };
     let proof = prove(key, &nonce, &context(theirs, ours));
-    write_message(
-        conn,
-        Message::HostHello {
-            versions: ours,
-            proof: hex::encode(proof),
-        },
-    )?;
+    let hello = Message::HostHello {
+        versions: ours,
+        proof: hex::encode(proof),
+    };
+    let mut out = Vec::with_capacity(160 + then.len());
+    encode_packet(&Packet::Control(hello), &mut out)?;
+    out.extend_from_slice(then);
+    write_encoded(conn, &out).map_err(PacketError::Frame)?;
     match next_message(conn, "ready")? {
         Message::Ready { version: got } if got == version => Ok(version),
         Message::Ready { version: got } => Err(HandshakeError::VersionDisagreement {

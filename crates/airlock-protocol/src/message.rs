@@ -398,16 +398,24 @@ pub fn read_packet(reader: &mut impl Read) -> Result<Option<Packet>, PacketError
 
 /// Writes one packet as one frame.
 pub fn write_packet(writer: &mut impl Write, packet: &Packet) -> Result<(), PacketError> {
+    let mut buf = Vec::new();
+    encode_packet(packet, &mut buf)?;
+    frame::write_encoded(writer, &buf)?;
+    Ok(())
+}
+
+/// Appends one packet, framed, to `out` (to send several packets with one write).
+pub fn encode_packet(packet: &Packet, out: &mut Vec<u8>) -> Result<(), PacketError> {
     match packet {
         Packet::Control(message) => {
             let json =
                 serde_json::to_vec(message).map_err(|source| PacketError::Malformed { source })?;
-            frame::write_frame(writer, FrameKind::Control, &json)?;
+            frame::encode(FrameKind::Control, &json, out)?;
         }
-        Packet::Stdin(data) => frame::write_frame(writer, FrameKind::Stdin, data)?,
-        Packet::Stdout(data) => frame::write_frame(writer, FrameKind::Stdout, data)?,
-        Packet::Stderr(data) => frame::write_frame(writer, FrameKind::Stderr, data)?,
-        Packet::FileData(data) => frame::write_frame(writer, FrameKind::FileData, data)?,
+        Packet::Stdin(data) => frame::encode(FrameKind::Stdin, data, out)?,
+        Packet::Stdout(data) => frame::encode(FrameKind::Stdout, data, out)?,
+        Packet::Stderr(data) => frame::encode(FrameKind::Stderr, data, out)?,
+        Packet::FileData(data) => frame::encode(FrameKind::FileData, data, out)?,
     }
     Ok(())
 }

@@ -67,24 +67,25 @@ pub fn run_stream(
     request: &ExecRequest,
     interactive: bool,
 ) -> Result<i32, ClientError> {
-    let client = ExecClient::connect(stream, key)?;
-    if let Some(sig) = forward_signals(client.controller(), request.tty.is_some()) {
+    if let Some(sig) = held_signal() {
         // Interrupted while the sandbox started: the command is not run; the status is the
         // one it would have had (128 + N), and the caller tears the sandbox down as usual.
         return Ok(128 + sig as i32);
     }
-    // Without -i the command gets an immediately closed stdin. It is sent through the stdin
-    // pump too (an empty reader) rather than inline, so a guest that refuses the request and
-    // closes the stream first still has its typed error read instead of a broken pipe.
-    let stdin: Box<dyn std::io::Read + Send> = if interactive || request.tty.is_some() {
-        Box::new(std::io::stdin())
+    // Without -i the command gets an immediately closed stdin: `stdin_closed` goes out with
+    // the request itself (no pump thread).
+    let stdin: Option<Box<dyn std::io::Read + Send>> = if interactive || request.tty.is_some() {
+        Some(Box::new(std::io::stdin()))
     } else {
-        Box::new(std::io::empty())
+        None
     };
     let _raw = request.tty.as_ref().and_then(|_| RawMode::enter());
+    // The request goes out with the handshake (one round trip fewer than asking first).
+    let client = ExecClient::request(stream, key, request, stdin)?;
+    forward_signals(client.controller(), request.tty.is_some());
     let mut stdout = std::io::stdout();
     let mut stderr = std::io::stderr();
-    let result = client.run(request, Some(stdin), &mut stdout, &mut stderr);
+    let result = client.finish(&mut stdout, &mut stderr);
     let _ = stdout.flush();
     match result {
         Ok(status) => Ok(status.shell_code()),
@@ -205,16 +206,23 @@ fn take_signals(set: &SigSet, relay: &std::sync::Mutex<Relay>) {
     }
 }
 
-/// Points the caught signals at the command that `controller` is about to run (see
-/// [`catch_signals`]); returns instead the terminating signal that came before, if one did:
-/// then the command must not run at all (a signal cannot precede the request on the stream).
-fn forward_signals(controller: airlock_protocol::ExecController, tty: bool) -> Option<Signal> {
+/// The terminating signal that came while the sandbox started (see [`catch_signals`]), if one
+/// did: then the command must not be requested at all.
+fn held_signal() -> Option<Signal> {
+    let relay = relay();
+    let mut r = relay.lock().unwrap_or_else(|p| p.into_inner());
+    r.pending.take()
+}
+
+/// Points the caught signals at the command `controller` requested. A terminating signal that
+/// came while the request was on its way (after [`held_signal`]) goes to the command now: a
+/// signal never precedes the request on the stream.
+fn forward_signals(controller: airlock_protocol::ExecController, tty: bool) {
     let relay = relay();
     let mut r = relay.lock().unwrap_or_else(|p| p.into_inner());
     if let Some(sig) = r.pending.take() {
-        return Some(sig);
+        let _ = controller.signal(sig as i32);
     }
     r.controller = Some(controller);
     r.tty = tty;
-    None
 }

@@ -82,6 +82,27 @@ pub fn open_stream(control: BorrowedFd<'_>) -> Result<UnixStream, FdPassError> {
 /// Hands an already connected stream (e.g. a client accepted on a host-side listening socket)
 /// to the guest over `control`; the guest serves it exactly like one from [`open_stream`].
 pub fn send_stream(control: BorrowedFd<'_>, stream: BorrowedFd<'_>) -> Result<(), FdPassError> {
+    send_with(control, stream, SendFlags::NOSIGNAL).map_err(sys("sendmsg"))
+}
+
+/// [`send_stream`] without blocking: `Ok(false)` when the guest's queue is full (nothing was
+/// sent; try again, e.g. with [`send_stream`] on a thread that may block).
+pub fn try_send_stream(
+    control: BorrowedFd<'_>,
+    stream: BorrowedFd<'_>,
+) -> Result<bool, FdPassError> {
+    match send_with(control, stream, SendFlags::NOSIGNAL | SendFlags::DONTWAIT) {
+        Ok(()) => Ok(true),
+        Err(Errno::AGAIN) => Ok(false),
+        Err(errno) => Err(sys("sendmsg")(errno)),
+    }
+}
+
+fn send_with(
+    control: BorrowedFd<'_>,
+    stream: BorrowedFd<'_>,
+    flags: SendFlags,
+) -> Result<(), Errno> {
     let fds = [stream];
     let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
     let mut ancillary = SendAncillaryBuffer::new(&mut space);
@@ -91,9 +112,8 @@ pub fn send_stream(control: BorrowedFd<'_>, stream: BorrowedFd<'_>) -> Result<()
         control,
         &[IoSlice::new(&[OPEN_STREAM])],
         &mut ancillary,
-        SendFlags::NOSIGNAL,
-    )
-    .map_err(sys("sendmsg"))?;
+        flags,
+    )?;
     Ok(())
 }
 
@@ -155,6 +175,21 @@ mod tests {
             flags.contains(rustix::io::FdFlags::CLOEXEC),
             "received fd must be close-on-exec"
         );
+    }
+
+    #[test]
+    fn a_full_guest_queue_makes_the_non_blocking_send_say_so_instead_of_waiting() {
+        let (host, guest) = control_socketpair().unwrap();
+        let (stream, _peer) = UnixStream::pair().unwrap();
+        // Nobody receives on `guest`: its queue fills up.
+        let mut sent = 0;
+        while try_send_stream(host.as_fd(), stream.as_fd()).unwrap() {
+            sent += 1;
+            assert!(sent < 100_000, "the queue never filled");
+        }
+        assert!(sent > 0);
+        let first = recv_stream(guest.as_fd()).unwrap();
+        assert!(first.is_some());
     }
 
     #[test]

@@ -29,7 +29,9 @@ pub mod version;
 
 pub use client::{ClientError, ExecClient, ExecController, ExitStatus};
 pub use detach_key::{DetachKey, DetachKeyError, DetachScanner, Scan, DEFAULT_DETACH_KEY};
-pub use fdpass::{control_socketpair, open_stream, recv_stream, send_stream, FdPassError};
+pub use fdpass::{
+    control_socketpair, open_stream, recv_stream, send_stream, try_send_stream, FdPassError,
+};
 pub use frame::{FrameError, FrameKind, MAX_FRAME_LEN};
 pub use handshake::{guest_handshake, host_handshake, host_handshake_then, HandshakeError, Key};
 pub use message::{

@@ -36,7 +36,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use airlock_linux::host::{Sandbox, StartError, StartOptions};
 use airlock_protocol::{ExecRequest, Key};
@@ -46,6 +46,8 @@ use rustix::event::{poll, PollFd, PollFlags};
 
 use super::backend::{with_socket_path, EXIT_NOTE, SOCKET, START_WARNINGS};
 use super::ports::Forwards;
+pub(crate) use super::waiting::CLIENT_PREAMBLE;
+use super::waiting::{Accepted, Waiting};
 use crate::egress::supervisor::ProxySupervisor;
 use crate::error::{ErrorKind, HostError};
 use crate::run::limits::{self, RunCgroup};
@@ -55,8 +57,8 @@ use crate::wire::{
     MODE_RELOAD, MODE_STREAM, START_FILE,
 };
 
-/// How long a client has to send its mode byte (and request) before it is dropped.
-pub(crate) const CLIENT_PREAMBLE: Duration = Duration::from_secs(5);
+/// The serve loop wakes at least this often (to supervise the egress proxy).
+const TICK: Duration = Duration::from_millis(500);
 
 /// Entry point of the hidden verb; returns the exit status.
 pub fn main(args: &[OsString]) -> i32 {
@@ -397,27 +399,35 @@ fn serve(
     // Pages of the binary mapped since the last release (start-up, a client's code), and the
     // serve loop's last event other than its own tick.
     let mut touched = true;
-    let mut last_event = std::time::Instant::now();
+    let mut last_event = Instant::now();
+    // Clients whose mode byte has not arrived yet, polled here with the rest.
+    let mut waiting = Waiting::default();
     loop {
         if touched && last_event.elapsed() >= airlock_linux::sys::mem::IDLE_AFTER {
             airlock_linux::sys::mem::release_exe_pages();
             touched = false;
         }
-        let mut fds = [
+        let mut fds = vec![
             PollFd::new(listener, PollFlags::IN),
             PollFd::new(&signals, PollFlags::IN),
             PollFd::new(&pid1, PollFlags::IN),
         ];
-        // Wakes at least twice a second to supervise the egress proxy.
-        let tick = rustix::event::Timespec {
+        fds.extend(waiting.poll_fds());
+        // Wakes at least twice a second to supervise the egress proxy, and when the first
+        // waiting client's time is up.
+        let tick = waiting.next_deadline().map_or(TICK, |d| {
+            d.saturating_duration_since(Instant::now()).min(TICK)
+        });
+        let timeout = rustix::event::Timespec {
             tv_sec: 0,
-            tv_nsec: 500_000_000,
+            tv_nsec: i64::from(tick.subsec_nanos()),
         };
-        match poll(&mut fds, Some(&tick)) {
+        match poll(&mut fds, Some(&timeout)) {
             Ok(_) | Err(rustix::io::Errno::INTR) => {}
             Err(e) => return Some(format!("the keeper failed to wait for events: {e}")),
         }
         let ready: Vec<bool> = fds.iter().map(|f| !f.revents().is_empty()).collect();
+        drop(fds);
         if ready[2] {
             let why = cgroup
                 .out_of_memory()
@@ -432,10 +442,18 @@ fn serve(
             let _ = signals.read_signal();
             return None;
         }
+        let now = Instant::now();
+        let control = clients.control.as_fd();
+        let mut serve = waiting.serve_ready(&ready[3..], control, now);
         if ready[0] {
-            accept_all(listener, &clients);
+            serve.extend(waiting.accept_all(listener, control, now));
+        }
+        if ready[0] || ready[3..].contains(&true) {
             touched = true;
-            last_event = std::time::Instant::now();
+            last_event = now;
+        }
+        for accepted in serve {
+            clients.serve_on_thread(accepted);
         }
         supervise(proxy, cgroup);
     }
@@ -449,55 +467,38 @@ struct Clients {
     forwards: Arc<Forwards>,
 }
 
-fn accept_all(listener: &UnixListener, clients: &Clients) {
-    loop {
-        let conn = match listener.accept() {
-            Ok((conn, _)) => conn,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
-            Err(e) => {
-                // E.g. out of descriptors: the socket stays readable, so back off instead of
-                // spinning on poll.
-                eprintln!("airlock keeper: accept failed: {e}");
-                std::thread::sleep(Duration::from_millis(50));
-                return;
-            }
-        };
-        let control = Arc::clone(&clients.control);
-        let proxy = Arc::clone(&clients.proxy);
-        let forwards = Arc::clone(&clients.forwards);
-        let key = clients.key;
+impl Clients {
+    /// Serves a connection whose mode byte arrived on a thread of its own (see
+    /// [`super::waiting`] for the ones the serve loop hands to PID 1 itself).
+    fn serve_on_thread(&self, accepted: Accepted) {
+        let control = Arc::clone(&self.control);
+        let proxy = Arc::clone(&self.proxy);
+        let forwards = Arc::clone(&self.forwards);
+        let key = self.key;
         std::thread::spawn(move || {
-            if let Err(e) = serve_client(conn, &control, key, &proxy, &forwards) {
+            let Accepted { conn, mode } = accepted;
+            if let Err(e) = serve_mode(conn, mode, &control, key, &proxy, &forwards) {
                 eprintln!("airlock keeper: client dropped: {e}");
             }
         });
     }
 }
 
-fn serve_client(
-    mut conn: UnixStream,
+fn serve_mode(
+    conn: UnixStream,
+    mode: u8,
     control: &OwnedFd,
     key: [u8; 32],
     proxy: &SharedProxy,
     forwards: &Forwards,
 ) -> std::io::Result<()> {
-    conn.set_nonblocking(false)?;
-    let peer = rustix::net::sockopt::socket_peercred(&conn)?;
-    if peer.uid != rustix::process::geteuid() {
-        return Err(std::io::Error::other(format!(
-            "peer uid {} is not this user",
-            peer.uid.as_raw()
-        )));
+    if mode == MODE_STREAM {
+        // PID 1's queue was full: wait for room here, off the serve loop.
+        return airlock_protocol::send_stream(control.as_fd(), conn.as_fd())
+            .map_err(std::io::Error::other);
     }
     conn.set_read_timeout(Some(CLIENT_PREAMBLE))?;
-    let mut mode = [0u8; 1];
-    conn.read_exact(&mut mode)?;
-    match mode[0] {
-        MODE_STREAM => {
-            conn.set_read_timeout(None)?;
-            airlock_protocol::send_stream(control.as_fd(), conn.as_fd())
-                .map_err(std::io::Error::other)
-        }
+    match mode {
         MODE_DETACHED => run_detached(conn, control, key),
         MODE_RELOAD => reload(conn, proxy),
         MODE_PORTS => forwards.serve_request(conn),

@@ -9,6 +9,7 @@ pub mod exec;
 pub mod keeper;
 pub mod ports;
 pub mod runs;
+mod waiting;
 
 use std::time::Duration;
 

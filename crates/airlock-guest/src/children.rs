@@ -11,13 +11,17 @@
 //!   are forwarded to `-pid` and reach everything it started in that group.
 
 use std::collections::HashMap;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Mutex, MutexGuard};
 
+use rustix::event::{poll, PollFd, PollFlags};
 use rustix::io::Errno;
 use rustix::pipe::{pipe_with, PipeFlags};
-use rustix::process::{kill_process_group, wait, Pid, Signal, WaitOptions};
+use rustix::process::{
+    kill_process_group, pidfd_open, wait, waitid, Pid, PidfdFlags, Signal, WaitId, WaitIdOptions,
+    WaitOptions,
+};
 
 /// How a process ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,6 +40,51 @@ pub struct ExitWatch {
     /// Becomes readable (hang-up) when the report has been sent, so it can sit in a `poll`
     /// set next to the process's output.
     pub wake: OwnedFd,
+    /// The process's pidfd (none where the kernel has no `pidfd_open`): readable as soon as
+    /// it exited, before the reaper ran, so its stream learns the status without waiting for
+    /// PID 1's main thread (see [`ExitWatch::try_report`]).
+    pub pidfd: Option<OwnedFd>,
+}
+
+impl ExitWatch {
+    /// What becomes readable when the process ended: its pidfd, else the reaper's wake-up.
+    pub fn exit_fd(&self) -> BorrowedFd<'_> {
+        self.pidfd.as_ref().unwrap_or(&self.wake).as_fd()
+    }
+
+    /// Blocks until the process ended and returns its report (`None`: the reaper is gone).
+    pub fn wait(&self) -> Option<ExitReport> {
+        let fd = self.exit_fd();
+        loop {
+            let mut fds = [PollFd::new(&fd, PollFlags::IN)];
+            match poll(&mut fds, None) {
+                Err(Errno::INTR) => continue,
+                Ok(_) | Err(_) => break,
+            }
+        }
+        self.try_report().or_else(|| self.report.recv().ok())
+    }
+
+    /// The report once the process has ended, without blocking: the reaper's, or else the
+    /// status read through the pidfd *without* reaping (`WNOWAIT`; the reaper still reaps it
+    /// and stays the only one that does). `None` while it runs.
+    pub fn try_report(&self) -> Option<ExitReport> {
+        if let Ok(report) = self.report.try_recv() {
+            return Some(report);
+        }
+        let pidfd = self.pidfd.as_ref()?;
+        let options = WaitIdOptions::EXITED | WaitIdOptions::NOWAIT | WaitIdOptions::NOHANG;
+        match waitid(WaitId::PidFd(pidfd.as_fd()), options) {
+            Ok(Some(status)) => match (status.exit_status(), status.terminating_signal()) {
+                (Some(code), _) => Some(ExitReport::Code(code)),
+                (None, Some(signal)) => Some(ExitReport::Signal(signal)),
+                (None, None) => None,
+            },
+            Ok(None) => None,
+            // Reaped meanwhile (ECHILD): the reaper is sending its report under its lock.
+            Err(_) => self.report.recv().ok(),
+        }
+    }
 }
 
 struct Entry {
@@ -68,6 +117,8 @@ impl Children {
             Ok(pid) => pid,
             Err(err) => return Ok(Err(err)),
         };
+        // Still under the lock: the reaper cannot have taken `pid` yet, so it is our child.
+        let pidfd = Pid::from_raw(pid as i32).and_then(|p| pidfd_open(p, PidfdFlags::empty()).ok());
         let (tx, rx) = channel();
         table.insert(
             pid as i32,
@@ -81,6 +132,7 @@ impl Children {
             ExitWatch {
                 report: rx,
                 wake: wake_read,
+                pidfd,
             },
         )))
     }

@@ -9,11 +9,13 @@
 //!    reaper under one lock; `started { pid }` is sent;
 //! 4. two activities run until the process ends: this thread reads host input (`stdin`,
 //!    `stdin_closed`, `resize`, `signal`), and an output thread forwards the process's output
-//!    and, once the reaper reports the exit and the output reached EOF (or [`DRAIN_GRACE`]
+//!    and, once the process exited (seen on its pidfd, status read without reaping it; the
+//!    reaper's report where there is no pidfd) and the output reached EOF (or [`DRAIN_GRACE`]
 //!    passed, for background processes that keep the descriptors open), sends `exited` /
 //!    `signaled` and shuts the stream down.
 //!
-//! Stdin is written by its own thread through a bounded queue ([`STDIN_QUEUE`] chunks), so a
+//! Stdin is written by its own thread (started with the first bytes, so a command whose stdin
+//! is closed at once costs none) through a bounded queue ([`STDIN_QUEUE`] chunks), so a
 //! process that is slow to read its input does not block `resize` or `signal`. Known limit:
 //! the stream has no per-channel flow control, so once that queue is full (a process that
 //! never reads while the host keeps sending) later control messages wait behind the stdin
@@ -101,7 +103,30 @@ pub(crate) struct Process {
 struct Input {
     pid: u32,
     master: Option<OwnedFd>,
-    stdin: Option<SyncSender<Vec<u8>>>,
+    stdin: Stdin,
+}
+
+/// The process's stdin as the input loop sees it. The writer thread starts with the first
+/// `stdin` bytes: a command whose stdin is closed at once (`exec` without `-i`) costs none.
+enum Stdin {
+    /// Not written to yet: the guest's end, held open.
+    Unopened(OwnedFd),
+    /// Bytes go through the writer thread's queue.
+    Queue(SyncSender<Vec<u8>>),
+    /// Closed (dropping the end or the queue closed the process's stdin).
+    Closed,
+}
+
+impl Stdin {
+    fn write(&mut self, data: Vec<u8>) {
+        let tx = match std::mem::replace(self, Stdin::Closed) {
+            Stdin::Unopened(fd) => spawn_stdin_writer(fd),
+            Stdin::Queue(tx) => tx,
+            Stdin::Closed => return,
+        };
+        let _ = tx.send(data);
+        *self = Stdin::Queue(tx);
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -160,7 +185,7 @@ pub fn serve(mut stream: UnixStream, shared: &Shared) {
     let input = Input {
         pid,
         master: ends.master,
-        stdin: Some(spawn_stdin_writer(ends.stdin)),
+        stdin: Stdin::Unopened(ends.stdin),
     };
     read_input(&mut stream, &writer, shared, version, input);
     let _ = output.join();
@@ -366,12 +391,8 @@ fn read_input(
             }
         };
         match packet {
-            Packet::Stdin(data) if stdin.is_some() => {
-                if let Some(tx) = &stdin {
-                    let _ = tx.send(data);
-                }
-            }
-            Packet::Control(Message::StdinClosed) if !pty_mode => stdin = None,
+            Packet::Stdin(data) if !matches!(stdin, Stdin::Closed) => stdin.write(data),
+            Packet::Control(Message::StdinClosed) if !pty_mode => stdin = Stdin::Closed,
             // A terminal has no end of input; the process ends on its own or by signal.
             Packet::Control(Message::StdinClosed) => {}
             Packet::Control(Message::Resize(size)) => {
@@ -414,7 +435,7 @@ fn pump_output(mut open: Vec<(OwnedFd, Output)>, watch: ExitWatch, writer: &Writ
     let mut deadline: Option<Instant> = None;
     loop {
         if open.is_empty() && report.is_none() {
-            report = watch.report.recv().ok();
+            report = watch.wait();
             break;
         }
         if open.is_empty() || deadline.is_some_and(|d| Instant::now() >= d) {
@@ -425,8 +446,9 @@ fn pump_output(mut open: Vec<(OwnedFd, Output)>, watch: ExitWatch, writer: &Writ
             .iter()
             .map(|(fd, _)| PollFd::new(fd, PollFlags::IN))
             .collect();
+        let exit_fd = watch.exit_fd();
         if report.is_none() {
-            fds.push(PollFd::new(&watch.wake, PollFlags::IN));
+            fds.push(PollFd::new(&exit_fd, PollFlags::IN));
         }
         let timeout = deadline.map(|d| {
             let left = d.saturating_duration_since(Instant::now());
@@ -442,7 +464,7 @@ fn pump_output(mut open: Vec<(OwnedFd, Output)>, watch: ExitWatch, writer: &Writ
         let ready: Vec<bool> = fds.iter().map(|fd| !fd.revents().is_empty()).collect();
         drop(fds);
         if ready.get(wake_index).copied().unwrap_or(false) {
-            report = watch.report.recv().ok();
+            report = watch.try_report().or_else(|| watch.report.recv().ok());
             deadline = Some(Instant::now() + DRAIN_GRACE);
         }
         let mut closed = Vec::new();

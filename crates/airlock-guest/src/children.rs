@@ -180,3 +180,62 @@ impl Children {
         self.lock().contains_key(&(pid as i32))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::Command;
+
+    fn spawn_sh(children: &Children, script: &str) -> (u32, ExitWatch) {
+        children
+            .spawn_registered(|| {
+                Command::new("sh")
+                    .args(["-c", script])
+                    .spawn()
+                    .map(|child| child.id())
+            })
+            .unwrap()
+            .unwrap()
+    }
+
+    #[test]
+    fn an_exit_is_seen_on_the_pidfd_before_the_reaper_ran_and_the_reaper_still_reaps_it() {
+        let children = Children::default();
+        let (pid, watch) = spawn_sh(&children, "exit 7");
+        assert!(watch.pidfd.is_some(), "this kernel has pidfd_open");
+        // No reaper runs here: the status comes from the pidfd alone.
+        assert_eq!(watch.wait(), Some(ExitReport::Code(7)));
+        // Read without reaping: still a zombie the reaper owns.
+        assert!(children.is_running(pid));
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+        assert!(stat
+            .rsplit(')')
+            .next()
+            .unwrap()
+            .trim_start()
+            .starts_with('Z'));
+        children.reap();
+        assert!(!children.is_running(pid));
+        assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists());
+    }
+
+    #[test]
+    fn a_signal_death_is_reported_as_the_signal_from_the_pidfd() {
+        let children = Children::default();
+        let (_pid, watch) = spawn_sh(&children, "kill -KILL $$");
+        assert_eq!(watch.wait(), Some(ExitReport::Signal(libc::SIGKILL)));
+        children.reap();
+    }
+
+    #[test]
+    fn an_exit_the_reaper_took_first_is_still_reported() {
+        let children = Children::default();
+        let (_pid, watch) = spawn_sh(&children, "exit 3");
+        // Wait until it is a zombie, then let the reaper take it before anyone looks.
+        let fd = watch.exit_fd();
+        let mut fds = [PollFd::new(&fd, PollFlags::IN)];
+        poll(&mut fds, None).unwrap();
+        children.reap();
+        assert_eq!(watch.try_report(), Some(ExitReport::Code(3)));
+    }
+}

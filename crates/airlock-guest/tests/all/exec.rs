@@ -323,3 +323,49 @@ fn working_directory_is_honoured_and_a_missing_one_is_a_typed_error() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn a_command_whose_stdin_is_closed_at_once_costs_the_guest_no_stdin_thread() {
+    let guest = Guest::start();
+    let threads = || {
+        std::fs::read_dir(format!("/proc/{}/task", guest.pid()))
+            .unwrap()
+            .count()
+    };
+    let mut during = None;
+    let client = airlock_protocol::ExecClient::request(
+        guest.stream(),
+        &guest.key,
+        &request(&["sh", "-c", "echo up; sleep 1"]),
+        None,
+    )
+    .unwrap();
+    let mut out = Trigger {
+        seen: Vec::new(),
+        needle: b"up",
+        hook: Some(|| during = Some(threads())),
+    };
+    let status = client.finish(&mut out, &mut std::io::sink()).unwrap();
+    assert_eq!(status, ExitStatus::Code(0));
+    let during = during.expect("the command printed");
+    // While it ran: the stream's thread and its output thread, no stdin writer. Both end
+    // soon after the status went out.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while threads() > during - 2 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert_eq!(threads(), during - 2, "threads while it ran: {during}");
+}
+
+#[test]
+fn stdin_bytes_still_reach_a_command_whose_writer_starts_late() {
+    let guest = Guest::start();
+    let out = guest
+        .run_with(
+            &request(&["sh", "-c", "sleep 0.2; cat"]),
+            Some(b"late input"),
+        )
+        .unwrap();
+    assert_eq!(out.status, ExitStatus::Code(0));
+    assert_eq!(out.stdout, "late input");
+}

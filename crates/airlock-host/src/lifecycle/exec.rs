@@ -2,8 +2,10 @@
 //!
 //! Order of operations: [`ready_for_exec`] proves the sandbox `ready` (else exit 1 with the
 //! next action) and reads its start request (the spec, for `-w` and the egress placeholders).
-//! Attached, the verb connects through the backend and streams; detached, [`exec_detached`]
-//! hands the command to the keeper, which runs it and holds its stream. Around an attached
+//! Attached, the verb connects through the backend right after the proof and reads the start
+//! request ([`start_request`]) while the keeper and the guest open the stream, then streams;
+//! detached, [`exec_detached`] hands the command to the keeper, which runs it and holds its
+//! stream. Around an attached
 //! command, [`OomWatch`] tells whether the OOM killer struck (a lost stream is then 137, 9.10).
 
 use std::io::{BufRead, BufReader, Write};
@@ -58,6 +60,12 @@ pub fn ready_for_exec(
     name: &SandboxName,
 ) -> Result<(SandboxRecord, StartRequest), HostError> {
     let record = crate::lifecycle::ready(host, name, "exec.not_ready")?;
+    let start = start_request(&record)?;
+    Ok((record, start))
+}
+
+/// The start request the ready sandbox of `record` was built from (its spec: `-w`, egress).
+pub fn start_request(record: &SandboxRecord) -> Result<StartRequest, HostError> {
     let start_path = record.paths.state_dir.join(START_FILE);
     let start = std::fs::read(&start_path)
         .ok()
@@ -72,7 +80,7 @@ pub fn ready_for_exec(
             )
             .with_hint("run `airlock down` and `airlock up` to rebuild the sandbox")
         })?;
-    Ok((record, start))
+    Ok(start)
 }
 
 /// Hands the command to the sandbox's keeper; returns its process id inside the sandbox (the

@@ -3,9 +3,10 @@
 //!
 //! Order of operations: validate the command line (`-e`, `-t` needs a terminal, `-d` excludes
 //! `-i`/`-t`) → find the sandbox and prove it `ready` (else exit 1 with the next action) →
-//! resolve `-w` against the sandbox's mappings → connect to its keeper's socket. Attached: the
-//! connection is handed to PID 1 and authenticated with the epoch key; stdio is streamed and
-//! the guest's status is returned (128+N for signal N). Detached (`-d`): the keeper runs the
+//! connect to its keeper's socket → resolve `-w` against the sandbox's mappings (a bad one
+//! drops the connection unused: nothing was sent). Attached: the connection is handed to PID 1
+//! and authenticated with the epoch key, the request going out with the handshake; stdio is
+//! streamed and the guest's status is returned (128+N for signal N). Detached (`-d`): the keeper runs the
 //! command and holds its stream; `exec` returns as soon as the guest accepted it and prints the
 //! command's process id inside the sandbox (JSON: `{"detached": true, "pid": N}`).
 //! Processes a command leaves in the background keep running after `exec` returns.
@@ -38,15 +39,9 @@ pub fn run(args: ExecArgs, ctx: &Context) -> Result<Report, HostError> {
     let env = args.cmd.validate(ctx)?;
     let (name, _) = resolve_name(ctx, args.name.as_deref())?;
     let setup = setup(ctx, false)?;
-    let (record, start) = exec::ready_for_exec(&setup, &name)?;
-    let cwd =
-        airlock_host::run::resolve_workdir(args.cmd.workdir.as_deref(), &ctx.cwd, &start.spec)?;
-    let mut env = env;
-    if start.spec.egress.is_some() {
-        airlock_host::egress::add_current_placeholders(&ctx.roots()?.data, &mut env);
-    }
-    let request = args.cmd.request(&args.command, env, &cwd)?;
     if args.detach {
+        let (record, start) = exec::ready_for_exec(&setup, &name)?;
+        let request = request_for(&args, ctx, env, &start)?;
         let pid = exec::exec_detached(&record, &request).map_err(untrusted)?;
         let mut doc = Doc::new();
         let line = format!("started pid {pid} in sandbox {name} (detached)");
@@ -56,7 +51,12 @@ pub fn run(args: ExecArgs, ctx: &Context) -> Result<Report, HostError> {
             serde_json::json!({ "detached": true, "pid": pid }),
         ));
     }
+    let record = airlock_host::lifecycle::ready(&setup, &name, "exec.not_ready")?;
+    // Connected right after the proof: the keeper hands the stream to PID 1 and the guest
+    // opens the handshake while the request is built here. Nothing is sent before it is.
     let (stream, key) = airlock_host::lifecycle::open_stream(&setup, &record)?;
+    let start = exec::start_request(&record)?;
+    let request = request_for(&args, ctx, env, &start)?;
     let oom_watch = exec::OomWatch::start(&record);
     let outcome = airlock_term::stream::run_stream(stream, &key, &request, args.cmd.interactive)
         .map_err(|e| untrusted(e.into()));
@@ -73,4 +73,20 @@ pub fn run(args: ExecArgs, ctx: &Context) -> Result<Report, HostError> {
     let mut report = Report::new(Doc::new(), serde_json::Value::Null);
     report.status = Some(u8::try_from(code).unwrap_or(u8::MAX));
     Ok(report)
+}
+
+/// The request for the command line, in the sandbox `start` describes: `-w` resolved against
+/// its mappings, the placeholders of the secrets stored now when it has egress.
+fn request_for(
+    args: &ExecArgs,
+    ctx: &Context,
+    mut env: std::collections::BTreeMap<String, String>,
+    start: &airlock_host::wire::StartRequest,
+) -> Result<airlock_protocol::ExecRequest, HostError> {
+    let cwd =
+        airlock_host::run::resolve_workdir(args.cmd.workdir.as_deref(), &ctx.cwd, &start.spec)?;
+    if start.spec.egress.is_some() {
+        airlock_host::egress::add_current_placeholders(&ctx.roots()?.data, &mut env);
+    }
+    args.cmd.request(&args.command, env, &cwd)
 }

@@ -57,18 +57,22 @@ pub fn process_identity(pid: u32) -> Result<ProcessIdentity, OwnershipError> {
 /// [`process_identity`] against another `/proc` (tests).
 pub fn process_identity_in(proc_root: &Path, pid: u32) -> Result<ProcessIdentity, OwnershipError> {
     let (_, start_time) = read_stat(proc_root, pid)?;
-    let path = proc_root.join(pid.to_string()).join("cmdline");
-    let raw = fs::read(&path).map_err(|source| OwnershipError::Read { path, source })?;
-    let cmdline = raw
-        .split(|b| *b == 0)
-        .filter(|a| !a.is_empty())
-        .map(|a| String::from_utf8_lossy(a).into_owned())
-        .collect();
     Ok(ProcessIdentity {
         pid,
         start_time,
-        cmdline,
+        cmdline: read_cmdline(proc_root, pid)?,
     })
+}
+
+/// The arguments of `pid` (`/proc/PID/cmdline`, empty for a process that exited).
+fn read_cmdline(proc_root: &Path, pid: u32) -> Result<Vec<String>, OwnershipError> {
+    let path = proc_root.join(pid.to_string()).join("cmdline");
+    let raw = fs::read(&path).map_err(|source| OwnershipError::Read { path, source })?;
+    Ok(raw
+        .split(|b| *b == 0)
+        .filter(|a| !a.is_empty())
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect())
 }
 
 /// State character (field 3) and start time (field 22) of `pid`.
@@ -108,10 +112,11 @@ pub fn check_process_in(proc_root: &Path, expected: &ProcessIdentity) -> Livenes
     if matches!(state, 'Z' | 'X' | 'x') {
         return Liveness::Gone;
     }
-    match process_identity_in(proc_root, expected.pid) {
-        Ok(found) if found.cmdline == expected.cmdline => Liveness::Ours,
+    // The start time was read above; reading `stat` again here added nothing to the proof.
+    match read_cmdline(proc_root, expected.pid) {
+        Ok(cmdline) if cmdline == expected.cmdline => Liveness::Ours,
         // A process that exited between the two reads has an empty command line.
-        Ok(found) if found.cmdline.is_empty() => Liveness::Gone,
+        Ok(cmdline) if cmdline.is_empty() => Liveness::Gone,
         Ok(_) => Liveness::Reused,
         Err(_) => Liveness::Gone,
     }
@@ -212,6 +217,39 @@ mod tests {
         let mut renamed = me;
         renamed.cmdline.push("--other".into());
         assert_eq!(check_process(&renamed), Liveness::Reused);
+    }
+
+    #[test]
+    fn the_proof_compares_start_time_state_and_command_line_of_a_fake_proc() {
+        let proc_root = tempfile::tempdir().unwrap();
+        let dir = proc_root.path().join("7");
+        fs::create_dir_all(&dir).unwrap();
+        let stat = |state: char, start: u64| {
+            let line = format!("7 (exe) {state} 1 7 7 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 {start} 1 2");
+            fs::write(dir.join("stat"), line).unwrap();
+        };
+        let cmdline = |args: &[u8]| fs::write(dir.join("cmdline"), args).unwrap();
+        let expected = ProcessIdentity {
+            pid: 7,
+            start_time: 100,
+            cmdline: vec!["/proc/self/exe".into(), "__keeper".into()],
+        };
+        let check = || check_process_in(proc_root.path(), &expected);
+        stat('S', 100);
+        cmdline(b"/proc/self/exe\0__keeper\0");
+        assert_eq!(check(), Liveness::Ours);
+        assert_eq!(process_identity_in(proc_root.path(), 7).unwrap(), expected);
+        cmdline(b"/proc/self/exe\0__init\0");
+        assert_eq!(check(), Liveness::Reused, "another command line");
+        cmdline(b"");
+        assert_eq!(check(), Liveness::Gone, "exited between the reads");
+        cmdline(b"/proc/self/exe\0__keeper\0");
+        stat('S', 101);
+        assert_eq!(check(), Liveness::Reused, "another start time");
+        stat('Z', 100);
+        assert_eq!(check(), Liveness::Gone, "a zombie");
+        fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(check(), Liveness::Gone, "no such pid");
     }
 
     #[test]

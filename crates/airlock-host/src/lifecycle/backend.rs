@@ -227,8 +227,18 @@ pub struct OomCounter(PathBuf);
 impl OomCounter {
     /// The sandbox's counter file; `None` without a memory cgroup.
     pub fn find(record: &SandboxRecord) -> Option<OomCounter> {
-        cgroup_dirs(&cgroup_name(record))
-            .into_iter()
+        let name = cgroup_name(record);
+        // Where the cgroup lives when the hierarchies are mounted as usual (root's v2, or v1's
+        // memory controller): found without parsing mountinfo (`exec` pays this each time).
+        // The directory is named after this sandbox's instance, so a counter there is its own.
+        let usual = [
+            Path::new("/sys/fs/cgroup").join(airlock_linux::cgroup::PARENT_DIR),
+            Path::new("/sys/fs/cgroup/memory").join(airlock_linux::cgroup::PARENT_DIR),
+        ];
+        usual
+            .iter()
+            .map(|base| base.join(&name))
+            .chain(std::iter::once_with(|| cgroup_dirs(&name)).flatten())
             .find_map(|dir| {
                 ["memory.events", "memory.oom_control"]
                     .iter()

@@ -12,11 +12,12 @@
 //!    started.
 //! 4. Bind the loopback relays (egress proxy, host ports) before the first exec, so no sandbox
 //!    process can take their ports.
-//! 5. One event loop on the main thread polls the control socket and the signal pipe: each
-//!    stream descriptor received on the control socket is served on its own thread. An idle
-//!    PID 1 is its main thread plus one thread per relay listener (`relay`; none without
-//!    egress or published host ports). After `sys::mem::IDLE_AFTER` without an event it gives
-//!    back the binary's pages it mapped (`sys::mem::release_exe_pages`).
+//! 5. One event loop on the main thread polls the control socket, the signal pipe and the
+//!    relay listeners with their handoff channels (`relay::Relays`, non-blocking): each stream
+//!    descriptor received on the control socket is served on its own thread, and a
+//!    byte-relayed connection gets its own threads while it lasts. An idle PID 1 is its main
+//!    thread alone. After `sys::mem::IDLE_AFTER` without an event it gives back the binary's
+//!    pages it mapped (`sys::mem::release_exe_pages`).
 //! 6. When the control socket closes (the host is gone), kill every process group and
 //!    return; as PID 1 of the namespace, exiting takes the whole sandbox down with it.
 
@@ -96,41 +97,65 @@ fn serve(control: OwnedFd, opts: GuestOptions) -> Result<(), GuestError> {
     // Children that exited before the handler existed.
     shared.children.reap();
     // The relays own their ports before any sandbox process could bind them.
-    crate::relay::start(&shared.opts.relays)?;
-    let result = event_loop(&control, &signals, &shared);
+    let mut relays = crate::relay::start(&shared.opts.relays)?;
+    let result = event_loop(&control, &signals, &mut relays, &shared);
     shared.children.signal_all(Signal::KILL);
     result
 }
 
-/// Serves every stream the host opens and the signals until the control socket closes.
+/// Serves every stream the host opens, the signals and the relays until the control socket
+/// closes.
 fn event_loop(
     control: &OwnedFd,
     signals: &OwnedFd,
+    relays: &mut crate::relay::Relays,
     shared: &Arc<Shared>,
 ) -> Result<(), GuestError> {
     // Pages of the binary mapped since the last release (start-up, a request's code).
     let mut touched = true;
-    let idle = rustix::event::Timespec {
-        tv_sec: airlock_linux::sys::mem::IDLE_AFTER.as_secs() as i64,
-        tv_nsec: 0,
-    };
+    let idle = airlock_linux::sys::mem::IDLE_AFTER;
     loop {
-        let mut fds = [
+        let wants = relays.wants();
+        let counts: Vec<usize> = wants.iter().map(Vec::len).collect();
+        let mut fds = vec![
             PollFd::new(control, PollFlags::IN),
             PollFd::new(signals, PollFlags::IN),
         ];
-        match poll(&mut fds, touched.then_some(&idle)) {
-            // Idle for a while: give back what start-up and the last requests mapped.
-            Ok(0) => {
-                airlock_linux::sys::mem::release_exe_pages();
-                touched = false;
-                continue;
-            }
-            Ok(_) => touched = true,
+        fds.extend(
+            wants
+                .iter()
+                .flatten()
+                .map(|(fd, flags)| PollFd::new(fd, *flags)),
+        );
+        let deadline = relays.timeout();
+        let timeout = [touched.then_some(idle), deadline]
+            .into_iter()
+            .flatten()
+            .min()
+            .map(|t| rustix::event::Timespec {
+                tv_sec: i64::try_from(t.as_secs()).unwrap_or(i64::MAX),
+                tv_nsec: i64::from(t.subsec_nanos()),
+            });
+        let woke = match poll(&mut fds, timeout.as_ref()) {
+            Ok(n) => n,
             Err(Errno::INTR) => continue,
             Err(e) => return Err(GuestError::Poll(e.into())),
+        };
+        let revents: Vec<PollFlags> = fds.iter().map(PollFd::revents).collect();
+        drop(fds);
+        drop(wants);
+        // A timeout expires a handoff channel's answer (`handle` checks its deadline).
+        relays.handle(&counts, &revents[2..]);
+        if woke == 0 {
+            // Idle for a while: give back what start-up and the last requests mapped.
+            if deadline.is_none() {
+                airlock_linux::sys::mem::release_exe_pages();
+                touched = false;
+            }
+            continue;
         }
-        let ready = [!fds[0].revents().is_empty(), !fds[1].revents().is_empty()];
+        touched = true;
+        let ready = [!revents[0].is_empty(), !revents[1].is_empty()];
         if ready[1] {
             handle_signals(signals, &shared.children);
         }

@@ -3,12 +3,13 @@
 //!
 //! The sandbox's network namespace has loopback only (I9). PID 1 binds `127.0.0.1:PORT` for
 //! every [`Relay`] *before* it serves a single exec stream, so no sandbox process can take the
-//! port first. Then, per listener:
+//! port first. The listeners are non-blocking and polled by PID 1's one event loop
+//! ([`Relays`]): an idle PID 1 holds no thread for them. Then, per listener:
 //! - **handoff** (the egress proxy, [`Relay::handoff`]): each accepted connection is passed to
 //!   the proxy over one long-lived *handoff channel* to its socket (`SCM_RIGHTS`,
-//!   `airlock_protocol::handoff`) and PID 1 closes its copy at once: the proxy reads and writes
-//!   the sandbox process's TCP socket itself, and PID 1 copies no byte and holds no thread per
-//!   connection. A broken channel (the proxy restarted) is reopened once per connection; a
+//!   `airlock_protocol::handoff`, driven without blocking by [`crate::handoff`]) and PID 1
+//!   closes its copy at once: the proxy reads and writes the sandbox process's TCP socket
+//!   itself, and PID 1 copies no byte and holds no thread per connection. A broken channel (the proxy restarted) is reopened once per connection; a
 //!   proxy that refuses the channel gets the connection's bytes relayed instead (below);
 //! - **byte relay** (host ports, N10, and a refused handoff): each connection is copied both
 //!   ways to a fresh connection to the host socket, on its own threads.
@@ -23,12 +24,15 @@
 
 use std::io;
 use std::net::{Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
+
+use rustix::event::PollFlags;
 
 /// Concurrent relayed connections per listener.
 pub const MAX_CONNECTIONS: usize = 512;
@@ -57,55 +61,138 @@ pub enum RelayError {
         #[source]
         source: io::Error,
     },
-    /// The listener's thread cannot be created.
-    #[error("cannot start a relay thread: {source}")]
-    Thread {
-        /// The OS error.
-        #[source]
-        source: io::Error,
+}
+
+/// Binds every listener (non-blocking); PID 1's event loop then serves them through the
+/// returned [`Relays`].
+pub fn start(relays: &[Relay]) -> Result<Relays, RelayError> {
+    let mut entries = Vec::with_capacity(relays.len());
+    for relay in relays {
+        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, relay.port));
+        let bind_error = |source| RelayError::Bind {
+            port: relay.port,
+            source,
+        };
+        let listener = TcpListener::bind(addr).map_err(bind_error)?;
+        listener.set_nonblocking(true).map_err(bind_error)?;
+        let socket = relay.socket.clone();
+        entries.push(if relay.handoff {
+            Entry::Handoff(crate::handoff::HandoffRelay::new(listener, socket))
+        } else {
+            Entry::Bytes {
+                listener,
+                socket,
+                active: Arc::new(AtomicUsize::new(0)),
+            }
+        });
+    }
+    Ok(Relays { entries })
+}
+
+/// The bound relay listeners, served by the caller's event loop: poll what
+/// [`wants`](Relays::wants) returns, then pass the results to [`handle`](Relays::handle).
+pub struct Relays {
+    entries: Vec<Entry>,
+}
+
+impl std::fmt::Debug for Relays {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Relays")
+            .field("listeners", &self.entries.len())
+            .finish()
+    }
+}
+
+enum Entry {
+    Handoff(crate::handoff::HandoffRelay),
+    Bytes {
+        listener: TcpListener,
+        socket: PathBuf,
+        active: Arc<AtomicUsize>,
     },
 }
 
-/// Binds every listener, then serves each on its own thread. Returns once all are bound.
-pub fn start(relays: &[Relay]) -> Result<(), RelayError> {
-    let mut bound = Vec::with_capacity(relays.len());
-    for relay in relays {
-        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, relay.port));
-        let listener = TcpListener::bind(addr).map_err(|source| RelayError::Bind {
-            port: relay.port,
-            source,
-        })?;
-        bound.push((listener, relay.socket.clone()));
+impl Entry {
+    fn wants(&self) -> Vec<(BorrowedFd<'_>, PollFlags)> {
+        match self {
+            Entry::Handoff(h) => h.wants(),
+            Entry::Bytes { listener, .. } => vec![(listener.as_fd(), PollFlags::IN)],
+        }
     }
-    for ((listener, socket), relay) in bound.into_iter().zip(relays) {
-        let handoff = relay.handoff;
-        thread::Builder::new()
-            .name(format!("relay-{}", socket.display()))
-            .spawn(move || {
-                if handoff {
-                    crate::handoff::serve(&listener, &socket)
-                } else {
-                    serve(&listener, &socket)
-                }
+}
+
+impl Relays {
+    /// What to poll, per listener (each inner list in order).
+    pub fn wants(&self) -> Vec<Vec<(BorrowedFd<'_>, PollFlags)>> {
+        self.entries.iter().map(Entry::wants).collect()
+    }
+
+    /// The longest the caller may wait before calling [`handle`](Relays::handle) again (a
+    /// handoff channel's answer has a deadline).
+    pub fn timeout(&self) -> Option<Duration> {
+        self.entries
+            .iter()
+            .filter_map(|e| match e {
+                Entry::Handoff(h) => h.timeout(),
+                Entry::Bytes { .. } => None,
             })
-            .map_err(|source| RelayError::Thread { source })?;
+            .min()
     }
-    Ok(())
+
+    /// Acts on `revents`: the poll results of everything [`wants`](Relays::wants) returned,
+    /// flattened in order, and `counts` the length of each inner list.
+    pub fn handle(&mut self, counts: &[usize], revents: &[PollFlags]) {
+        let mut at = 0;
+        for (entry, &n) in self.entries.iter_mut().zip(counts) {
+            let mine = revents.get(at..at + n).unwrap_or_default();
+            at += n;
+            match entry {
+                Entry::Handoff(h) => h.handle(mine),
+                Entry::Bytes {
+                    listener,
+                    socket,
+                    active,
+                } => {
+                    if mine.iter().any(|r| !r.is_empty()) {
+                        accept_all(listener, socket, active);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Serves the relays alone, forever (tests: PID 1 runs them in its own loop).
+    #[cfg(test)]
+    pub(crate) fn serve_in_background(mut self) {
+        thread::spawn(move || loop {
+            let wants = self.wants();
+            let counts: Vec<usize> = wants.iter().map(Vec::len).collect();
+            let mut fds: Vec<rustix::event::PollFd<'_>> = wants
+                .iter()
+                .flatten()
+                .map(|(fd, flags)| rustix::event::PollFd::new(fd, *flags))
+                .collect();
+            let timeout = self.timeout().map(|t| rustix::event::Timespec {
+                tv_sec: t.as_secs() as i64,
+                tv_nsec: i64::from(t.subsec_nanos()),
+            });
+            let _ = rustix::event::poll(&mut fds, timeout.as_ref());
+            let revents: Vec<PollFlags> = fds.iter().map(|f| f.revents()).collect();
+            drop(fds);
+            drop(wants);
+            self.handle(&counts, &revents);
+        });
+    }
 }
 
-fn serve(listener: &TcpListener, socket: &Path) {
-    let active = Arc::new(AtomicUsize::new(0));
-    loop {
-        byte_relay(accept(listener), socket, &active);
-    }
-}
-
-/// The next connection; on an error (e.g. out of descriptors) backs off instead of spinning.
-pub(crate) fn accept(listener: &TcpListener) -> TcpStream {
+/// Byte-relays every connection waiting on `listener`.
+fn accept_all(listener: &TcpListener, socket: &Path, active: &Arc<AtomicUsize>) {
     loop {
         match listener.accept() {
-            Ok((client, _)) => return client,
-            Err(_) => thread::sleep(Duration::from_millis(50)),
+            Ok((client, _)) => byte_relay(client, socket, active),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            // Nothing more waiting, or e.g. out of descriptors: the next poll retries.
+            Err(_) => return,
         }
     }
 }
@@ -214,7 +301,8 @@ mod tests {
             socket,
             handoff: false,
         }])
-        .unwrap();
+        .unwrap()
+        .serve_in_background();
         let echo = thread::spawn(move || {
             let (mut conn, _) = host.accept().unwrap();
             let mut buf = Vec::new();
@@ -240,7 +328,8 @@ mod tests {
             socket: dir.path().join("absent.sock"),
             handoff: false,
         }])
-        .unwrap();
+        .unwrap()
+        .serve_in_background();
         let mut client = TcpStream::connect((Ipv4Addr::LOCALHOST, port)).unwrap();
         client
             .set_read_timeout(Some(Duration::from_secs(5)))

@@ -184,7 +184,7 @@ fn wait_readable(listeners: &[(String, UnixListener)], stop: &OwnedFd) -> bool {
 }
 
 /// Binds a fresh socket at `path` (0600); a stale one is replaced.
-fn bind(path: &Path) -> Result<UnixListener, HostError> {
+pub(crate) fn bind(path: &Path) -> Result<UnixListener, HostError> {
     let _ = std::fs::remove_file(path);
     let fail = |e: std::io::Error| {
         HostError::internal(

@@ -21,6 +21,7 @@
 pub mod check;
 pub mod child;
 pub mod lazy;
+pub mod on_demand;
 pub mod reload;
 pub mod supervisor;
 mod system_bundle;

@@ -21,12 +21,15 @@
 //! 5. Teardown: remove the socket, destroy the sandbox (bounded), destroy the cgroup, stop
 //!    the egress proxy.
 //!
-//! Egress (crate::egress): before the cgroup and the sandbox, the keeper writes the CA
-//! bundle and launches the proxy child (`airlock __proxy`); it reports `Ready` only once the
-//! proxy serves too. The serve loop wakes at least every 500 ms and restarts a dead proxy (the sandbox is
-//! offline meanwhile: its relays find no listener); a restart loads the policy and secrets in
-//! force then. Mode `R` (`policy allow|deny`, `secret set|rm`) makes the proxy reload them and
-//! answers `ok` or `error` (a `KeeperAnswer` JSON line). Restarts happen on the main thread only, because the child's
+//! Egress (crate::egress): before the sandbox, the keeper writes the CA bundle and binds the
+//! proxy's sockets itself; the proxy child (`airlock __proxy`) starts only at the first
+//! connection on one of them, and again at the next connection after it exited
+//! (`crate::egress::on_demand`: an idle sandbox that made no request runs no proxy). The
+//! serve loop polls those sockets while no child runs and the child's pidfd while one does; it
+//! has no timer besides the idle page release. Mode `R` (`policy allow|deny`, `secret
+//! set|rm`) makes a running proxy reload them and answers `ok` or `error` (a `KeeperAnswer`
+//! JSON line); with no proxy running it answers `ok` at once, since the next start loads the
+//! configuration in force. Starts happen on the main thread only, because the child's
 //! `PR_SET_PDEATHSIG` follows the thread that spawned it.
 
 use std::ffi::OsString;
@@ -48,6 +51,8 @@ use super::backend::{with_socket_path, EXIT_NOTE, SOCKET, START_WARNINGS};
 use super::ports::Forwards;
 pub(crate) use super::waiting::CLIENT_PREAMBLE;
 use super::waiting::{Accepted, Waiting};
+pub(crate) use crate::egress::on_demand::SharedProxy;
+use crate::egress::on_demand::{OnDemand, Wanted};
 use crate::egress::supervisor::ProxySupervisor;
 use crate::error::{ErrorKind, HostError};
 use crate::run::limits::{self, RunCgroup};
@@ -56,9 +61,6 @@ use crate::wire::{
     KeeperAnswer, KeeperOutcome, KeeperReport, StartRequest, MODE_DETACHED, MODE_PORTS,
     MODE_RELOAD, MODE_STREAM, START_FILE,
 };
-
-/// The serve loop wakes at least this often (to supervise the egress proxy).
-const TICK: Duration = Duration::from_millis(500);
 
 /// Entry point of the hidden verb; returns the exit status.
 pub fn main(args: &[OsString]) -> i32 {
@@ -70,7 +72,7 @@ pub fn main(args: &[OsString]) -> i32 {
         eprintln!("airlock keeper: missing state directory");
         return 2;
     };
-    let (sandbox, cgroup, listener, guest_pid, proxy) = match start(&state_dir) {
+    let (sandbox, cgroup, listener, guest_pid, mut egress) = match start(&state_dir) {
         Ok(started) => started,
         Err(report) => {
             let _ = report_line(&report);
@@ -96,8 +98,17 @@ pub fn main(args: &[OsString]) -> i32 {
     });
     let reported = report_line(&report)
         .and_then(|()| rustix::stdio::dup2_stdout(std::io::stderr()).map_err(Into::into));
+    let proxy: SharedProxy = Arc::new(Mutex::new(None));
+    let served = Served {
+        sandbox: &sandbox,
+        listener: &listener,
+        guest_pid,
+        proxy: egress.is_some().then(|| Arc::clone(&proxy)),
+        cgroup: &cgroup,
+        state_dir: &state_dir,
+    };
     let note = match reported {
-        Ok(()) => serve(&sandbox, &listener, guest_pid, &proxy, &cgroup, &state_dir),
+        Ok(()) => serve(&served, &mut egress),
         Err(e) => {
             eprintln!(
                 "airlock keeper: `up` went away before the sandbox was recorded ({e}); stopping it"
@@ -105,6 +116,7 @@ pub fn main(args: &[OsString]) -> i32 {
             None
         }
     };
+    drop(served);
     if let Some(note) = &note {
         let _ = fs::write(state_dir.join(EXIT_NOTE), format!("{note}\n"));
     }
@@ -114,7 +126,9 @@ pub fn main(args: &[OsString]) -> i32 {
         sup.begin_stop();
     }
     teardown(sandbox, cgroup, &listener);
-    drop(proxy);
+    // Killed with the cgroup already (when there is one); this reaps it (or kills it).
+    drop(proxy.lock().unwrap_or_else(|p| p.into_inner()).take());
+    drop(egress);
     i32::from(note.is_some())
 }
 
@@ -142,10 +156,7 @@ pub(crate) fn reported(e: HostError) -> KeeperReport {
     KeeperReport::new(KeeperOutcome::Failed(crate::error::to_start_failure(e)))
 }
 
-/// The egress proxy child, shared by the supervision loop and reload requests.
-pub(crate) type SharedProxy = Arc<Mutex<Option<ProxySupervisor>>>;
-
-type Started = (Sandbox, RunCgroup, UnixListener, u32, SharedProxy);
+type Started = (Sandbox, RunCgroup, UnixListener, u32, Option<OnDemand>);
 
 fn start(state_dir: &Path) -> Result<Started, KeeperReport> {
     let path = state_dir.join(START_FILE);
@@ -163,17 +174,13 @@ fn start(state_dir: &Path) -> Result<Started, KeeperReport> {
             format!("{} is not a start request: {e}", path.display()),
         )
     })?;
-    // The cgroup first: the proxy runs inside the sandbox's limits from its start (9.10).
-    // The proxy starts while the sandbox does; `Ready` is reported only once it serves.
+    // The cgroup first: the proxy, once started, runs inside the sandbox's limits (9.10).
     // No janitor process: should the keeper be killed, PDEATHSIG ends the sandbox and the next
     // `down`, `clean` or `up` removes the orphaned cgroup (its owner mark names the keeper).
     let mut cgroup =
         limits::prepare_without_janitor(&req.spec, keeper_warning).map_err(reported)?;
-    let proxy = match start_egress(&req).and_then(|proxy| {
-        join_proxy(&proxy, &cgroup).map_err(reported)?;
-        Ok(proxy)
-    }) {
-        Ok(proxy) => proxy,
+    let egress = match bind_egress(&req) {
+        Ok(egress) => egress,
         Err(report) => {
             cgroup.destroy();
             return Err(report);
@@ -214,15 +221,76 @@ fn start(state_dir: &Path) -> Result<Started, KeeperReport> {
             "the sandbox's PID 1 cannot be found on the host",
         )
     });
-    let ready = proxy_ready(&proxy);
-    match (listener, guest, ready) {
-        (Ok(listener), Ok(pid), Ok(())) => Ok((sandbox, cgroup, listener, pid, proxy)),
-        (Err(report), _, _) | (_, Err(report), _) | (_, _, Err(report)) => {
+    match (listener, guest) {
+        (Ok(listener), Ok(pid)) => Ok((sandbox, cgroup, listener, pid, egress)),
+        (Err(report), _) | (_, Err(report)) => {
             teardown_parts(sandbox, cgroup);
             Err(report)
         }
     }
 }
+
+/// Creates the egress directory (CA bundle) and binds the proxy's sockets, when the sandbox
+/// has egress; the proxy child starts at the first connection.
+fn bind_egress(req: &StartRequest) -> Result<Option<OnDemand>, KeeperReport> {
+    let Some(egress) = &req.egress else {
+        return Ok(None);
+    };
+    let lookup = |k: &str| {
+        egress
+            .env
+            .iter()
+            .find(|(n, _)| n == k)
+            .map(|(_, v)| OsString::from(v))
+    };
+    let roots = airlock_config::Roots::from_env(lookup)
+        .map_err(|e| failed("keeper.roots", e.to_string()))?;
+    let image_root = req.spec.image.root_dir().to_path_buf();
+    crate::egress::materialize(&egress.dir, &roots, &image_root).map_err(reported)?;
+    let sockets = crate::egress::lazy::socket_names(&req.spec);
+    OnDemand::bind(egress.clone(), &sockets)
+        .map(Some)
+        .map_err(reported)
+}
+
+/// Answers a reload request: `ok` once the proxy applies the current policy and secrets.
+fn reload_on_demand(mut conn: UnixStream, proxy: Option<&SharedProxy>) -> std::io::Result<()> {
+    let answer = match proxy {
+        None => KeeperAnswer::Error {
+            message: "this sandbox has no egress proxy".to_owned(),
+        },
+        Some(proxy) => match proxy.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+            // No proxy runs: the next connection starts one, which loads the current
+            // configuration by itself (the main thread starts it: PDEATHSIG binds the child to
+            // the thread that spawned it). So does a dead one's successor.
+            None => KeeperAnswer::Ok,
+            Some(sup) => {
+                if sup.is_alive() {
+                    match sup.reload() {
+                        Ok(()) => KeeperAnswer::Ok,
+                        Err(e) => KeeperAnswer::Error {
+                            message: e.to_string(),
+                        },
+                    }
+                } else {
+                    KeeperAnswer::Ok
+                }
+            }
+        },
+    };
+    send_answer(&mut conn, &answer)
+}
+
+/// One [`KeeperAnswer`] line to a client.
+fn send_answer(conn: &mut UnixStream, answer: &KeeperAnswer) -> std::io::Result<()> {
+    let mut line = serde_json::to_vec(answer).map_err(std::io::Error::other)?;
+    line.push(b'\n');
+    conn.write_all(&line)
+}
+
+// The `vm` backend's keeper (`crate::vm::keeper`) still starts its proxy with the sandbox and
+// supervises it by its serve loop's tick: the helpers below are its. The linux keeper above
+// starts its proxy on demand (`crate::egress::on_demand`).
 
 /// Creates the egress directory (CA bundle) and starts the proxy child, when the sandbox has one.
 pub(crate) fn start_egress(req: &StartRequest) -> Result<SharedProxy, KeeperReport> {
@@ -240,8 +308,7 @@ pub(crate) fn start_egress(req: &StartRequest) -> Result<SharedProxy, KeeperRepo
         .map_err(|e| failed("keeper.roots", e.to_string()))?;
     let image_root = req.spec.image.root_dir().to_path_buf();
     crate::egress::materialize(&egress.dir, &roots, &image_root).map_err(reported)?;
-    let proxy = ProxySupervisor::launch(egress.clone())
-        .map_err(|e| reported(crate::run::egress_error(e)))?;
+    let proxy = ProxySupervisor::launch(egress.clone()).map_err(|e| reported(egress_error(e)))?;
     Ok(Arc::new(Mutex::new(Some(proxy))))
 }
 
@@ -265,9 +332,7 @@ pub(crate) fn join_proxy(proxy: &SharedProxy, cgroup: &RunCgroup) -> Result<(), 
 pub(crate) fn proxy_ready(proxy: &SharedProxy) -> Result<(), KeeperReport> {
     let mut slot = proxy.lock().unwrap_or_else(|p| p.into_inner());
     match slot.as_mut() {
-        Some(sup) => sup
-            .wait_ready()
-            .map_err(|e| reported(crate::run::egress_error(e))),
+        Some(sup) => sup.wait_ready().map_err(|e| reported(egress_error(e))),
         None => Ok(()),
     }
 }
@@ -335,11 +400,9 @@ pub(crate) fn reload(mut conn: UnixStream, proxy: &SharedProxy) -> std::io::Resu
     send_answer(&mut conn, &answer)
 }
 
-/// One [`KeeperAnswer`] line to a client.
-fn send_answer(conn: &mut UnixStream, answer: &KeeperAnswer) -> std::io::Result<()> {
-    let mut line = serde_json::to_vec(answer).map_err(std::io::Error::other)?;
-    line.push(b'\n');
-    conn.write_all(&line)
+fn egress_error(e: crate::egress::supervisor::SupervisorError) -> HostError {
+    HostError::new(ErrorKind::Failed, "egress.start", e.to_string())
+        .with_hint("check the network configuration with `airlock plan`")
 }
 
 /// PID 1 is the init stage's only child.
@@ -358,15 +421,20 @@ fn guest_pid(init_pid: u32) -> Option<u32> {
     None
 }
 
-/// Serves clients until asked to stop (`None`) or PID 1 exits (`Some(note)`).
-fn serve(
-    sandbox: &Sandbox,
-    listener: &UnixListener,
+/// What the serve loop works with (besides the egress proxy it starts).
+struct Served<'a> {
+    sandbox: &'a Sandbox,
+    listener: &'a UnixListener,
     guest_pid: u32,
-    proxy: &SharedProxy,
-    cgroup: &RunCgroup,
-    state_dir: &Path,
-) -> Option<String> {
+    /// The running proxy child; `None` when the sandbox has no egress.
+    proxy: Option<SharedProxy>,
+    cgroup: &'a RunCgroup,
+    state_dir: &'a Path,
+}
+
+/// Serves clients until asked to stop (`None`) or PID 1 exits (`Some(note)`).
+fn serve(served: &Served<'_>, egress: &mut Option<OnDemand>) -> Option<String> {
+    let guest_pid = served.guest_pid;
     let mut mask = SigSet::empty();
     for s in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
         mask.add(s);
@@ -383,87 +451,146 @@ fn serve(
     let Some(pid1) = airlock_linux::pidfd::open(guest_pid as i32) else {
         return Some(format!("the sandbox's PID 1 (host pid {guest_pid}) exited"));
     };
-    let control = match sandbox.control().map(|c| c.try_clone_to_owned()) {
+    let control = match served.sandbox.control().map(|c| c.try_clone_to_owned()) {
         Some(Ok(fd)) => Arc::new(fd),
         Some(Err(_)) | None => return Some("the sandbox's control channel is closed".into()),
     };
-    let key = *sandbox.key();
+    let key = *served.sandbox.key();
     // Published ports live exactly as long as this loop: dropping the table closes them.
-    let forwards = Arc::new(Forwards::new(Arc::clone(&control), key, state_dir));
+    let forwards = Arc::new(Forwards::new(Arc::clone(&control), key, served.state_dir));
     let clients = Clients {
         control,
         key,
-        proxy: Arc::clone(proxy),
+        proxy: served.proxy.clone(),
         forwards,
     };
+    let events = Events {
+        signals: &signals,
+        pid1: &pid1,
+    };
+    match serve_loop(served, &clients, &events, egress) {
+        Stop::Asked => None,
+        Stop::Note(note) => Some(note),
+    }
+}
+
+/// The descriptors of the serve loop besides the control socket and the egress proxy's.
+struct Events<'a> {
+    signals: &'a SignalFd,
+    pid1: &'a OwnedFd,
+}
+
+/// Why the serve loop ended.
+enum Stop {
+    /// A signal asked the keeper to stop (`down`).
+    Asked,
+    /// Something else ended it: the note `status` shows.
+    Note(String),
+}
+
+fn serve_loop(
+    served: &Served<'_>,
+    clients: &Clients,
+    events: &Events<'_>,
+    egress: &mut Option<OnDemand>,
+) -> Stop {
+    use airlock_linux::sys::mem::{release_exe_pages, IDLE_AFTER};
     // Pages of the binary mapped since the last release (start-up, a client's code), and the
-    // serve loop's last event other than its own tick.
+    // serve loop's last event.
     let mut touched = true;
     let mut last_event = Instant::now();
     // Clients whose mode byte has not arrived yet, polled here with the rest.
     let mut waiting = Waiting::default();
     loop {
-        if touched && last_event.elapsed() >= airlock_linux::sys::mem::IDLE_AFTER {
-            airlock_linux::sys::mem::release_exe_pages();
-            touched = false;
+        let mut timeout = None;
+        if touched {
+            match IDLE_AFTER.checked_sub(last_event.elapsed()) {
+                Some(left) if !left.is_zero() => timeout = Some(left),
+                _ => {
+                    release_exe_pages();
+                    touched = false;
+                }
+            }
         }
+        let wanted = egress.as_ref().map(OnDemand::wanted);
         let mut fds = vec![
-            PollFd::new(listener, PollFlags::IN),
-            PollFd::new(&signals, PollFlags::IN),
-            PollFd::new(&pid1, PollFlags::IN),
+            PollFd::new(served.listener, PollFlags::IN),
+            PollFd::new(events.signals, PollFlags::IN),
+            PollFd::new(events.pid1, PollFlags::IN),
         ];
+        match &wanted {
+            Some(Wanted::Connection(listeners)) => {
+                fds.extend(listeners.iter().map(|l| PollFd::new(l, PollFlags::IN)));
+            }
+            Some(Wanted::Exit(pidfd)) => fds.push(PollFd::new(pidfd, PollFlags::IN)),
+            Some(Wanted::Pause(left)) => timeout = Some(timeout.map_or(*left, |t| t.min(*left))),
+            None => {}
+        }
+        // Clients whose mode byte has not arrived yet come last; the loop also wakes when the
+        // first one's time is up.
+        let waiting_from = fds.len();
         fds.extend(waiting.poll_fds());
-        // Wakes at least twice a second to supervise the egress proxy, and when the first
-        // waiting client's time is up.
-        let tick = waiting.next_deadline().map_or(TICK, |d| {
-            d.saturating_duration_since(Instant::now()).min(TICK)
+        if let Some(deadline) = waiting.next_deadline() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            timeout = Some(timeout.map_or(left, |t| t.min(left)));
+        }
+        let timeout = timeout.map(|t| rustix::event::Timespec {
+            tv_sec: i64::try_from(t.as_secs()).unwrap_or(i64::MAX),
+            tv_nsec: i64::from(t.subsec_nanos()),
         });
-        let timeout = rustix::event::Timespec {
-            tv_sec: 0,
-            tv_nsec: i64::from(tick.subsec_nanos()),
-        };
-        match poll(&mut fds, Some(&timeout)) {
+        match poll(&mut fds, timeout.as_ref()) {
             Ok(_) | Err(rustix::io::Errno::INTR) => {}
-            Err(e) => return Some(format!("the keeper failed to wait for events: {e}")),
+            Err(e) => return Stop::Note(format!("the keeper failed to wait for events: {e}")),
         }
         let ready: Vec<bool> = fds.iter().map(|f| !f.revents().is_empty()).collect();
         drop(fds);
+        drop(wanted);
         if ready[2] {
-            let why = cgroup
-                .out_of_memory()
-                .map(|oom| format!(" ({oom})"))
-                .unwrap_or_default();
-            return Some(format!(
-                "the sandbox's PID 1 (host pid {guest_pid}) exited{why}; the keeper stopped the \
-                 sandbox"
-            ));
+            return Stop::Note(pid1_exited(served));
         }
         if ready[1] {
-            let _ = signals.read_signal();
-            return None;
+            let _ = events.signals.read_signal();
+            return Stop::Asked;
         }
         let now = Instant::now();
         let control = clients.control.as_fd();
-        let mut serve = waiting.serve_ready(&ready[3..], control, now);
+        let mut serve = waiting.serve_ready(&ready[waiting_from..], control, now);
         if ready[0] {
-            serve.extend(waiting.accept_all(listener, control, now));
+            serve.extend(waiting.accept_all(served.listener, control, now));
         }
-        if ready[0] || ready[3..].contains(&true) {
+        let for_egress = ready[3..waiting_from].iter().any(|r| *r);
+        if let (Some(egress), Some(slot)) = (egress.as_mut(), &served.proxy) {
+            egress.step(for_egress, slot, served.cgroup);
+        }
+        if ready[0] || for_egress || ready[waiting_from..].contains(&true) {
             touched = true;
             last_event = now;
         }
         for accepted in serve {
             clients.serve_on_thread(accepted);
         }
-        supervise(proxy, cgroup);
     }
+}
+
+/// The exit note when the sandbox's PID 1 exited.
+fn pid1_exited(served: &Served<'_>) -> String {
+    let why = served
+        .cgroup
+        .out_of_memory()
+        .map(|oom| format!(" ({oom})"))
+        .unwrap_or_default();
+    format!(
+        "the sandbox's PID 1 (host pid {}) exited{why}; the keeper stopped the sandbox",
+        served.guest_pid
+    )
 }
 
 /// What a client connection may use.
 struct Clients {
     control: Arc<OwnedFd>,
     key: [u8; 32],
-    proxy: SharedProxy,
+    /// `None` when the sandbox has no egress.
+    proxy: Option<SharedProxy>,
     forwards: Arc<Forwards>,
 }
 
@@ -472,12 +599,12 @@ impl Clients {
     /// [`super::waiting`] for the ones the serve loop hands to PID 1 itself).
     fn serve_on_thread(&self, accepted: Accepted) {
         let control = Arc::clone(&self.control);
-        let proxy = Arc::clone(&self.proxy);
+        let proxy = self.proxy.clone();
         let forwards = Arc::clone(&self.forwards);
         let key = self.key;
         std::thread::spawn(move || {
             let Accepted { conn, mode } = accepted;
-            if let Err(e) = serve_mode(conn, mode, &control, key, &proxy, &forwards) {
+            if let Err(e) = serve_mode(conn, mode, &control, key, proxy.as_ref(), &forwards) {
                 eprintln!("airlock keeper: client dropped: {e}");
             }
         });
@@ -489,7 +616,7 @@ fn serve_mode(
     mode: u8,
     control: &OwnedFd,
     key: [u8; 32],
-    proxy: &SharedProxy,
+    proxy: Option<&SharedProxy>,
     forwards: &Forwards,
 ) -> std::io::Result<()> {
     if mode == MODE_STREAM {
@@ -500,7 +627,7 @@ fn serve_mode(
     conn.set_read_timeout(Some(CLIENT_PREAMBLE))?;
     match mode {
         MODE_DETACHED => run_detached(conn, control, key),
-        MODE_RELOAD => reload(conn, proxy),
+        MODE_RELOAD => reload_on_demand(conn, proxy),
         MODE_PORTS => forwards.serve_request(conn),
         other => Err(std::io::Error::other(format!(
             "unknown mode byte {other:#04x}"

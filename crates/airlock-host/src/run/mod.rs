@@ -213,11 +213,6 @@ impl RunEgress {
     }
 }
 
-pub(crate) fn egress_error(e: crate::egress::supervisor::SupervisorError) -> HostError {
-    HostError::new(ErrorKind::Failed, "egress.start", e.to_string())
-        .with_hint("check the network configuration with `airlock plan`")
-}
-
 impl Drop for RunEgress {
     fn drop(&mut self) {
         self.end_proxy();

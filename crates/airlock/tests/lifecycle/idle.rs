@@ -1,6 +1,8 @@
 //! Issue 13 item 4: what an idle persistent sandbox keeps running on the host — one keeper
-//! process (no janitor beside it), a guest PID 1 with no thread besides its main one and its
-//! relay listeners' — and what replaces the janitor: `down` removes the cgroup a killed keeper left, proving ownership as before.
+//! process (no janitor beside it, no egress proxy before the first request) and a guest PID 1
+//! with no thread besides its main one (its relay listeners are in its event loop) — and what
+//! replaces the janitor: `down` removes the cgroup a killed keeper left, proving ownership as
+//! before.
 
 use std::time::Duration;
 
@@ -32,7 +34,7 @@ fn threads(pid: u64) -> usize {
 }
 
 #[test]
-fn an_idle_sandbox_has_one_keeper_process_and_no_idle_thread_in_pid1() {
+fn an_idle_sandbox_runs_no_proxy_and_a_single_threaded_pid1_even_with_egress() {
     let p = Project::new();
     let up = p.up();
     let name = up["name"].as_str().unwrap().to_owned();
@@ -41,25 +43,7 @@ fn an_idle_sandbox_has_one_keeper_process_and_no_idle_thread_in_pid1() {
     let guest = record["guest"]["pid"].as_u64().unwrap();
     let init = record["backend_data"]["init"]["pid"].as_u64().unwrap();
 
-    // The keeper's children are the init stage and its egress proxy, nothing else (no
-    // janitor: a second host-side owner process per sandbox).
-    let kids = children(keeper);
-    assert!(
-        kids.iter().any(|(pid, _)| *pid == init),
-        "the init stage is not the keeper's child: {kids:?}"
-    );
-    let others: Vec<_> = kids
-        .iter()
-        .filter(|(pid, cmd)| *pid != init && !cmd.contains("__proxy"))
-        .collect();
-    assert!(
-        others.is_empty(),
-        "the keeper runs more than the sandbox: {others:?}"
-    );
-
-    // The default session's threads go with the session; then PID 1 is its main thread (no
-    // signal thread) plus one per relay listener (the egress proxy's, when the sandbox has
-    // one), and is again after serving a command.
+    // The sandbox has egress (the default configuration), so PID 1 has a relay listener.
     let start = p
         .state_root()
         .join("sandboxes")
@@ -67,8 +51,26 @@ fn an_idle_sandbox_has_one_keeper_process_and_no_idle_thread_in_pid1() {
         .join("start.json");
     let start: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(start).unwrap()).unwrap();
-    let idle = 1 + usize::from(!start["spec"]["egress"].is_null());
+    assert!(!start["spec"]["egress"].is_null(), "no egress: {start}");
     p.run(&["sessions", "kill", "main"]).assert_code(0);
+    p.run(&["exec", "--", "true"]).assert_code(0);
+
+    // The keeper's only child is the init stage: no janitor (a second host-side owner process
+    // per sandbox) and no egress proxy, since nothing inside made a request.
+    let kids = children(keeper);
+    assert!(
+        kids.iter().any(|(pid, _)| *pid == init),
+        "the init stage is not the keeper's child: {kids:?}"
+    );
+    let others: Vec<_> = kids.iter().filter(|(pid, _)| *pid != init).collect();
+    assert!(
+        others.is_empty(),
+        "the keeper runs more than the sandbox: {others:?}"
+    );
+
+    // Without the session's threads, PID 1 is its main thread alone (no signal thread, no
+    // relay thread), and is again after serving a command.
+    let idle = 1;
     assert!(
         wait_until(Duration::from_secs(10), || threads(guest) == idle),
         "an idle PID 1 runs {} threads, not {idle}",

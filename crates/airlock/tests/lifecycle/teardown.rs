@@ -429,8 +429,9 @@ fn down_on_a_full_state_disk_stops_the_sandbox_and_removes_it() {
     p.run(&["down"]).assert_code(0);
 }
 
-/// 9.10: a persistent sandbox's egress proxy (the keeper's child) lives in the sandbox's
-/// cgroup, next to the init stage, so a connection flood from inside costs the sandbox.
+/// 9.10: a persistent sandbox's egress proxy (the keeper's child, started by the first
+/// connection) lives in the sandbox's cgroup, next to the init stage, so a connection flood
+/// from inside costs the sandbox; `down` ends it.
 #[test]
 fn the_keepers_egress_proxy_runs_in_the_sandbox_cgroup() {
     if !airlock_testkit::needs_root("creating the sandbox's cgroup") {
@@ -442,23 +443,39 @@ fn the_keepers_egress_proxy_runs_in_the_sandbox_cgroup() {
     let record = p.record(&name).expect("record after up");
     let keeper = record["keeper"]["pid"].as_u64().unwrap();
     let init = record["backend_data"]["init"]["pid"].as_u64().unwrap();
-    let mut proxies = Vec::new();
-    for task in std::fs::read_dir(format!("/proc/{keeper}/task"))
-        .unwrap()
-        .flatten()
-    {
-        let list = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
-        for child in list.split_whitespace() {
-            let cmdline = std::fs::read(format!("/proc/{child}/cmdline")).unwrap_or_default();
-            if String::from_utf8_lossy(&cmdline).contains("__proxy") {
-                proxies.push(child.to_owned());
+    let proxies = || {
+        let mut proxies = Vec::new();
+        for task in std::fs::read_dir(format!("/proc/{keeper}/task"))
+            .unwrap()
+            .flatten()
+        {
+            let list = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+            for child in list.split_whitespace() {
+                let cmdline = std::fs::read(format!("/proc/{child}/cmdline")).unwrap_or_default();
+                if String::from_utf8_lossy(&cmdline).contains("__proxy") {
+                    proxies.push(child.to_owned());
+                }
             }
         }
-    }
+        proxies
+    };
+    // The first connection to the proxy's port starts it.
+    p.run(&[
+        "exec",
+        "--",
+        "sh",
+        "-c",
+        "curl -s -m 5 -o /dev/null http://127.0.0.1:3128/; true",
+    ])
+    .assert_code(0);
+    let started = proxies();
     let cgroup_of = |pid: &str| std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
     let sandbox = cgroup_of(&init.to_string());
-    let proxy = proxies.first().map(|pid| cgroup_of(pid));
+    let proxy = started.first().map(|pid| cgroup_of(pid));
     p.run(&["down"]).assert_code(0);
+    for pid in &started {
+        assert!(!alive(pid.parse().unwrap()), "down left the proxy {pid}");
+    }
     assert!(
         sandbox.contains("/airlock/"),
         "init not in an airlock cgroup: {sandbox}"

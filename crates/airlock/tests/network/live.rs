@@ -1,5 +1,6 @@
-//! Persistent sandboxes: policy changes reach them without a restart, the proxy is supervised
-//! (offline while it is down, back with the policy in force), host ports (N10).
+//! Persistent sandboxes: policy changes reach them without a restart, the proxy starts at the
+//! first connection and again at the next one after it exited (offline while it is down, back
+//! with the policy in force), host ports (N10).
 
 use std::time::Duration;
 
@@ -82,6 +83,67 @@ fn policy_allow_and_deny_apply_to_a_running_sandbox_without_restart() {
     assert_eq!(epoch(&p), before, "the sandbox was restarted");
 }
 
+/// The sandbox's audit log.
+fn audit_log(p: &Project) -> String {
+    let name = p.status()["name"].as_str().unwrap().to_owned();
+    std::fs::read_to_string(
+        p.state_root()
+            .join("sandboxes")
+            .join(name)
+            .join("audit.jsonl"),
+    )
+    .unwrap_or_default()
+}
+
+/// Issue 13: an idle sandbox that made no request runs no egress proxy; a policy change
+/// before the first request still applies (the proxy, once started, loads the policy in
+/// force), the first request goes through the proxy it starts and is audited, and `down`
+/// leaves no proxy behind.
+#[test]
+fn the_proxy_starts_at_the_first_request_with_the_policy_changed_before_it() {
+    let p = Project::new();
+    let web = http_server(None);
+    p.env.write_user_config(&user_config(&[], None, ""));
+    p.up();
+    p.run(&["exec", "--", "true"]).assert_code(0);
+    assert!(proxy_pids(&p).is_empty(), "a proxy runs before any request");
+    let host = format!("web.test:{}", web.port());
+    let allow = p.run(&["policy", "allow", &host, "--json"]);
+    allow.assert_code(0);
+    assert_eq!(allow.json()["applied_live"], true, "{}", allow.stdout);
+    assert!(proxy_pids(&p).is_empty(), "a reload started the proxy");
+
+    let url = format!("http://{host}/first");
+    assert_eq!(status_of(&p, &url), "200");
+    let proxies = proxy_pids(&p);
+    assert_eq!(proxies.len(), 1, "{proxies:?}");
+    assert!(web.seen.all().contains("GET /first"));
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            let log = audit_log(&p);
+            log.contains(&format!("\"port\":{}", web.port()))
+                && log.contains("\"decision\":\"allow\"")
+        }),
+        "the first request is not in the audit log: {}",
+        audit_log(&p)
+    );
+    // The same proxy serves the next request.
+    assert_eq!(status_of(&p, &format!("http://{host}/second")), "200");
+    assert_eq!(proxy_pids(&p), proxies);
+
+    let egress = p
+        .runtime_root()
+        .join("sandboxes")
+        .join(p.status()["name"].as_str().unwrap());
+    p.run(&["down"]).assert_code(0);
+    assert!(
+        wait_until(Duration::from_secs(5), || proxy_pids(&p).is_empty()),
+        "down left the proxy running: {:?}",
+        proxy_pids(&p)
+    );
+    assert!(!egress.exists(), "down left {}", egress.display());
+}
+
 #[test]
 fn a_stopped_proxy_leaves_the_sandbox_offline_and_a_killed_one_returns_with_the_current_policy() {
     let p = Project::new();
@@ -100,26 +162,23 @@ fn a_stopped_proxy_leaves_the_sandbox_offline_and_a_killed_one_returns_with_the_
     assert_eq!(status_of(&p, &url), "000");
     let seen_before = web.seen.all();
 
-    // The user config changes behind the proxy's back; then the proxy dies.
+    // The user config changes behind the proxy's back; then the proxy dies. The keeper reaps
+    // it and starts no other until a connection needs one.
     p.env.write_user_config(&user_config(&[], None, ""));
     signal(first[0], "KILL");
-    let mut second = Vec::new();
     assert!(
-        wait_until(Duration::from_secs(10), || {
-            second = proxy_pids(&p);
-            second.len() == 1 && second != first
-        }),
-        "the keeper did not restart the proxy: {second:?}"
+        wait_until(Duration::from_secs(10), || proxy_pids(&p).is_empty()),
+        "the killed proxy is still there: {:?}",
+        proxy_pids(&p)
     );
-    // Back, with the policy in force now (the allow rule is gone).
+    // The next request starts it again, with the policy in force now (the allow rule is gone).
     assert_eq!(status_of(&p, &url), "403");
+    let second = proxy_pids(&p);
+    assert!(second.len() == 1 && second != first, "{second:?}");
     p.env
         .write_user_config(&user_config(std::slice::from_ref(&host), None, ""));
     signal(second[0], "KILL");
-    assert!(wait_until(Duration::from_secs(10), || {
-        let now = proxy_pids(&p);
-        now.len() == 1 && now != second
-    }));
+    assert!(wait_until(Duration::from_secs(10), || proxy_pids(&p).is_empty()));
     assert_eq!(status_of(&p, &url), "200");
     assert_eq!(seen_before.matches("GET ").count(), 1);
 }
@@ -258,12 +317,10 @@ fn a_changed_hosts_map_reaches_a_running_sandbox_through_a_proxy_restart() {
     let allow = p.run(&["policy", "allow", "unrelated.example", "--json"]);
     assert_eq!(allow.json()["applied_live"], true, "{}", allow.stdout);
     assert!(
-        wait_until(Duration::from_secs(10), || {
-            let now = proxy_pids(&p);
-            now.len() == 1 && now != first
-        }),
-        "the proxy was not restarted for the new hosts map"
+        wait_until(Duration::from_secs(10), || proxy_pids(&p) != first),
+        "the proxy did not exit for the new hosts map"
     );
+    // The next request starts a fresh one, with the map.
     assert!(wait_until(Duration::from_secs(10), || status_of(&p, &url) == "200"));
 }
 
@@ -301,10 +358,10 @@ fn a_proxy_that_cannot_restart_keeps_the_sandbox_offline_until_the_config_is_fix
             .join("keeper.log"),
     )
     .unwrap_or_default();
-    // Retried every tick, logged only on the 1st, 2nd, 4th… failure.
+    // Tried again for the next connection after a failed start, at most once a second.
     let logged = log
         .lines()
-        .filter(|l| l.contains("egress proxy is down"))
+        .filter(|l| l.contains("egress proxy could not start"))
         .count();
     assert!((1..=4).contains(&logged), "{log}");
 }

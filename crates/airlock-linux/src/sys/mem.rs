@@ -14,6 +14,10 @@
 //! released: for such a private file mapping `MADV_DONTNEED` maps the identical page-cache
 //! bytes again, so nothing the process computed is lost (a mapping with a copy-on-write page,
 //! which `smaps` counts as anonymous, e.g. relocated read-only data, is left alone).
+//!
+//! The same idle moment also hands malloc's free memory back ([`release_free_heap`]): each
+//! thread that served a request (an exec stream, a client of the keeper) leaves an arena whose
+//! freed pages stay resident, anonymous memory the idle process no longer uses.
 
 use std::io::Read;
 use std::path::PathBuf;
@@ -51,8 +55,9 @@ impl OwnMappings {
         })
     }
 
-    /// See [`release_exe_pages`].
+    /// See [`release_exe_pages`]; also [`release_free_heap`].
     pub fn release(&self) -> usize {
+        release_free_heap();
         use std::io::Seek;
         let mut text = String::new();
         let mut smaps = &self.smaps;
@@ -82,6 +87,18 @@ impl OwnMappings {
                 }
             })
             .sum()
+    }
+}
+
+/// Returns the free memory of every malloc arena to the kernel (`malloc_trim(0)`: the top of
+/// each heap is shrunk and whole free pages inside it are advised `MADV_DONTNEED`); what is
+/// still allocated is untouched.
+pub fn release_free_heap() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: `malloc_trim` has no preconditions; it takes each arena's lock itself, so other
+    // threads may allocate meanwhile, and it only gives back memory that is free.
+    unsafe {
+        libc::malloc_trim(0);
     }
 }
 

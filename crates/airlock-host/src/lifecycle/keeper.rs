@@ -126,7 +126,7 @@ pub fn main(args: &[OsString]) -> i32 {
         sup.begin_stop();
     }
     teardown(sandbox, cgroup, &listener);
-    // Killed with the cgroup already (when there is one); this reaps it (or kills it).
+    // Stopped above: this reaps it.
     drop(proxy.lock().unwrap_or_else(|p| p.into_inner()).take());
     drop(egress);
     i32::from(note.is_some())
@@ -288,9 +288,8 @@ fn send_answer(conn: &mut UnixStream, answer: &KeeperAnswer) -> std::io::Result<
     conn.write_all(&line)
 }
 
-// The `vm` backend's keeper (`crate::vm::keeper`) still starts its proxy with the sandbox and
-// supervises it by its serve loop's tick: the helpers below are its. The linux keeper above
-// starts its proxy on demand (`crate::egress::on_demand`).
+// The `vm` keeper (`crate::vm::keeper`) still starts its proxy with the sandbox and restarts
+// it on its serve loop's tick: the helpers below are its (this keeper's is on demand).
 
 /// Creates the egress directory (CA bundle) and starts the proxy child, when the sandbox has one.
 pub(crate) fn start_egress(req: &StartRequest) -> Result<SharedProxy, KeeperReport> {

@@ -77,7 +77,40 @@ pub enum StartError {
     Limits(#[source] crate::cgroup::CgroupError),
 }
 
-type ScanThread = std::thread::JoinHandle<Result<Vec<idmounts::Unreadable>, IdMountError>>;
+/// What a root invoker's host prepares on a thread of its own while the init stage is spawned
+/// and unshares (B3: off the critical path): the image's id-mapped mounts and the entries of
+/// the image others may not read (issue 9.5).
+struct Background {
+    image: idmounts::ImageMounts,
+    unreadable: Vec<idmounts::Unreadable>,
+    /// How long each took (not on the critical path; reported with `AIRLOCK_TRACE_PHASES`).
+    image_took: Duration,
+    scan_took: Duration,
+}
+
+type BackgroundThread = std::thread::JoinHandle<Result<Background, IdMountError>>;
+
+impl Background {
+    /// Starts the thread: the image's mounts first (through a namespace with the sandbox's own
+    /// maps, `plan`'s), then the scan (its walk of `/usr` and `/lib*` cached in `cache`).
+    fn spawn(spec: &SandboxSpec, plan: &IdPlan, cache: Option<PathBuf>) -> BackgroundThread {
+        let image = spec.image.clone();
+        let (uid_map, gid_map) = (plan.uid_map_text(), plan.gid_map_text());
+        std::thread::spawn(move || {
+            let t = Instant::now();
+            let image = idmounts::prepare_image(&image, &uid_map, &gid_map)?;
+            let image_took = t.elapsed();
+            let t = Instant::now();
+            let unreadable = idmounts::scan_unreadable(cache.as_deref())?;
+            Ok(Background {
+                image,
+                unreadable,
+                image_took,
+                scan_took: t.elapsed(),
+            })
+        })
+    }
+}
 
 /// How long each step of the start handshake may take before the start is abandoned.
 pub const START_TIMEOUT: Duration = Duration::from_secs(30);
@@ -108,11 +141,22 @@ pub struct StartTimings {
     pub namespaces: Duration,
     /// Writing the id maps.
     pub maps: Duration,
-    /// Preparing the id-mapped mounts (root invokers only).
+    /// From the maps written to the id-mapped mounts sent (root invokers only), without
+    /// [`StartTimings::scan`]: pairing and passing what was made off the critical path.
     pub idmounts: Duration,
-    /// Waiting for the scan of `/etc` and `/opt` for what others may not read (root invokers
-    /// only; it runs on its own thread from the start, so this is what it did not overlap).
+    /// Waiting for the background thread (root invokers only): the image's mounts and the scan
+    /// for what others may not read run on it from the start, so this is what they did not
+    /// overlap.
     pub scan: Duration,
+    /// Off the critical path (root invokers only), each overlapping the spawn of the init stage:
+    /// the workspaces' and egress mounts (`map:<i>`, main thread), the image's mounts and the
+    /// scan (background thread). Not additive with the phases above.
+    pub owned_mounts: Duration,
+    pub image_mounts: Duration,
+    pub scan_walk: Duration,
+    /// What the init stage reported with `ready` (`rootfs/costs.rs`): its share of issue 9's
+    /// budget, inside [`StartTimings::rootfs`].
+    pub init_costs: crate::rootfs::Costs,
     /// Building the root filesystem and entering it, until `ready`.
     pub rootfs: Duration,
 }
@@ -129,9 +173,9 @@ pub struct Sandbox {
     ids: IdPlan,
     /// A root invoker's claim on the sandbox's id range (released when the sandbox is gone).
     range: Option<idmap::RangeClaim>,
-    /// The scan of the image for what others may not read (root invokers), running
+    /// The image's mounts and the scan for what others may not read (root invokers), made
     /// while the init stage starts.
-    scan: Option<ScanThread>,
+    background: Option<BackgroundThread>,
     pub timings: StartTimings,
 }
 
@@ -173,15 +217,17 @@ impl Sandbox {
             .sandboxes_dir
             .parent()
             .map(|runtime| runtime.join(idmounts::SCAN_CACHE_FILE));
-        let scan = ids
+        let background = ids
             .mount_maps
             .is_some()
-            .then(|| std::thread::spawn(move || idmounts::scan_unreadable(cache.as_deref())));
-        let started = Self::spawn_and_handshake(spec, opts, join, dir.clone(), (ids, scan), t0)
-            .map(|mut sandbox| {
-                sandbox.range = claim;
-                sandbox
-            });
+            .then(|| Background::spawn(spec, &ids, cache));
+        let started =
+            Self::spawn_and_handshake(spec, opts, join, dir.clone(), (ids, background), t0).map(
+                |mut sandbox| {
+                    sandbox.range = claim;
+                    sandbox
+                },
+            );
         if started.is_err() {
             let _ = fs::remove_dir_all(&dir);
         }
@@ -193,7 +239,7 @@ impl Sandbox {
         opts: &StartOptions,
         join: CgroupJoin<'_>,
         dir: PathBuf,
-        (ids, scan): (IdPlan, Option<ScanThread>),
+        (ids, background): (IdPlan, Option<BackgroundThread>),
         t0: Instant,
     ) -> Result<Sandbox, StartError> {
         let key = new_key()?;
@@ -261,7 +307,7 @@ impl Sandbox {
             key: *key.as_bytes(),
             ids,
             range: None,
-            scan,
+            background,
             timings: StartTimings::default(),
         };
         let boot = Bootstrap {
@@ -313,6 +359,7 @@ impl Sandbox {
             .mount_maps
             .as_ref()
             .map(|maps| idmounts::prepare_owned(&boot.spec, maps, root_view));
+        self.timings.owned_mounts = t.elapsed();
         sync.expect("unshared").map_err(init_err)?;
         let owned = owned.transpose()?;
         self.timings.namespaces = t.elapsed();
@@ -320,30 +367,23 @@ impl Sandbox {
         idmap::write_maps(self.init.id(), &self.ids)?;
         self.timings.maps = t.elapsed();
         t = Instant::now();
-        // Kept until `ready`: dropping it reaps a helper child, which has exited by then.
+        // Kept until `ready`: dropping it reaps the helper children, which have exited by then.
         let mut prepared = None;
         match owned {
             Some(owned) => {
                 let waited = Instant::now();
-                let unreadable = match self.scan.take().map(std::thread::JoinHandle::join) {
-                    Some(Ok(scanned)) => scanned?,
-                    Some(Err(_)) => {
-                        return Err(StartError::IdMount(IdMountError::Scan {
-                            path: PathBuf::from("/etc"),
-                            source: std::io::Error::other("the scanning thread panicked"),
-                        }))
-                    }
-                    None => Vec::new(),
-                };
+                let background = self.join_background()?;
                 self.timings.scan = waited.elapsed();
-                let mounts = idmounts::prepare(&boot.spec, self.init.id(), owned, unreadable)?;
+                self.timings.image_mounts = background.image_took;
+                self.timings.scan_walk = background.scan_took;
+                let mounts = idmounts::prepare(owned, background.image, background.unreadable);
                 let fds: Vec<_> = mounts.fds.iter().map(|f| f.as_fd()).collect();
                 sync.send_with_fds(&mounts.line(), &fds).map_err(init_err)?;
                 prepared = Some(mounts);
             }
             None => sync.send("mapped").map_err(init_err)?,
         }
-        self.timings.idmounts = t.elapsed();
+        self.timings.idmounts = t.elapsed().saturating_sub(self.timings.scan);
         t = Instant::now();
         let pid1 = sync.expect("pid1").map_err(init_err)?;
         let pid1: i32 = pid1.parse().map_err(|_| {
@@ -353,10 +393,25 @@ impl Sandbox {
             })
         })?;
         self.pid1 = crate::pidfd::open(pid1);
-        sync.expect("ready").map_err(init_err)?;
+        let costs = sync.expect("ready").map_err(init_err)?;
         self.timings.rootfs = t.elapsed();
+        self.timings.init_costs = crate::rootfs::Costs::parse(&costs);
         drop(prepared);
         Ok(())
+    }
+
+    /// The background thread's work (`None` without id-mapped mounts).
+    fn join_background(&mut self) -> Result<Background, StartError> {
+        match self.background.take().map(std::thread::JoinHandle::join) {
+            Some(Ok(done)) => Ok(done?),
+            Some(Err(_)) => Err(StartError::IdMount(IdMountError::Scan {
+                path: PathBuf::from("/etc"),
+                source: std::io::Error::other("the thread preparing the image's mounts panicked"),
+            })),
+            None => Err(StartError::IdMount(IdMountError::Mismatch(
+                "the image's mounts were not prepared".to_owned(),
+            ))),
+        }
     }
 
     pub fn id(&self) -> &str {

@@ -124,6 +124,17 @@ pub struct MountMaps {
     pub root_gid: Vec<MapLine>,
 }
 
+impl IdPlan {
+    /// The sandbox's uid map as written to its `/proc/PID/uid_map` (and its gid map below): a
+    /// root invoker's image mounts are id-mapped through a namespace with exactly these maps.
+    pub fn uid_map_text(&self) -> String {
+        render(&self.uid_map)
+    }
+    pub fn gid_map_text(&self) -> String {
+        render(&self.gid_map)
+    }
+}
+
 impl MountMaps {
     pub fn owner_uid_text(&self) -> String {
         render(&self.owner_uid)
@@ -438,8 +449,8 @@ pub fn write_maps(pid: u32, plan: &IdPlan) -> Result<(), IdMapError> {
             if deny_setgroups {
                 write("setgroups", "deny")?;
             }
-            write("uid_map", &render(&plan.uid_map))?;
-            write("gid_map", &render(&plan.gid_map))
+            write("uid_map", &plan.uid_map_text())?;
+            write("gid_map", &plan.gid_map_text())
         }
         MapWriter::Helpers => {
             run_helper("newuidmap", pid, &plan.uid_map)?;

@@ -8,9 +8,9 @@
 //! instead of bind-mounting host paths:
 //! - `lower:<name>` (the `host` image's system directories and its package state in `/var`,
 //!   `lower:var-lib-dpkg` …) and `image` (a directory image):
-//!   through the sandbox's own user namespace, so a file host root owns is owned by in-sandbox
-//!   root (which can change it in the overlay) and every other host id appears as itself inside
-//!   or as `nobody`; read-only;
+//!   through a user namespace with exactly the sandbox's own maps ([`prepare_image`]), so a
+//!   file host root owns is owned by in-sandbox root (which can change it in the overlay) and
+//!   every other host id appears as itself inside or as `nobody`; read-only;
 //! - `map:<i>` (workspaces and mounts, in mount order), `egress` and `bundle`: through a user
 //!   namespace made for the purpose ([`crate::idmap::MountMaps`]): the invoker's files are the
 //!   sandbox user's, and what the sandbox user writes belongs to the invoker on the host;
@@ -21,6 +21,11 @@
 //!   ([`crate::idmap::MountMaps`] `root_*`), so what `--root` writes there belongs to the
 //!   invoker too. The init stage attaches them in a mount namespace of their own, which
 //!   `--root` processes join (`rootfs/root_view.rs`).
+//!
+//! Cost on the start path (issue 9's budget, B3): every clone is made while the init stage is
+//! spawned and unshares, the image's on a thread of its own together with the scan for what
+//! others may not read ([`prepare_image`], [`scan_unreadable`]), the rest on the main thread
+//! ([`prepare_owned`]); once the maps are written, [`prepare`] only pairs them.
 //!
 //! Every mount is `nosuid,nodev`. A filesystem that cannot be id-mapped (NFS, FUSE, …) fails
 //! the start with its path: showing it without a mapping would make it unusable, and showing it
@@ -40,12 +45,6 @@ use crate::sys::idmount;
 
 #[derive(Debug, Error)]
 pub enum IdMountError {
-    #[error("cannot open the user namespace of the sandbox (/proc/{pid}/ns/user): {source}")]
-    SandboxNamespace {
-        pid: u32,
-        #[source]
-        source: std::io::Error,
-    },
     #[error("cannot create the user namespace for the sandbox's mounts: {source}")]
     OwnerNamespace {
         #[source]
@@ -92,6 +91,7 @@ pub struct Prepared {
     pub unreadable: Vec<Unreadable>,
     _ns_child: idmount::NsChild,
     _root_ns_child: Option<idmount::NsChild>,
+    _image_ns_child: Option<idmount::NsChild>,
 }
 
 /// The JSON payload of the `mapped` line when mounts are passed.
@@ -139,6 +139,7 @@ pub fn prepare_owned(
         unreadable: Vec::new(),
         _ns_child: ns_child,
         _root_ns_child: None,
+        _image_ns_child: None,
     };
     for (i, m) in spec.mappings_in_mount_order().iter().enumerate() {
         out.add(format!("map:{i}"), &m.host, &owner_ns, !m.writable)?;
@@ -166,42 +167,78 @@ pub fn prepare_owned(
     Ok(out)
 }
 
-/// Host side, second half: adds to `out` ([`prepare_owned`]) the image's mounts, id-mapped
-/// through the sandbox's own user namespace (see the module docs), and what to mask. `init_pid`
-/// is the init stage, whose user namespace has its maps already.
-pub fn prepare(
-    spec: &SandboxSpec,
-    init_pid: u32,
-    mut out: Prepared,
-    unreadable: Vec<Unreadable>,
-) -> Result<Prepared, IdMountError> {
-    let sandbox_ns = idmount::open_namespace(Path::new(&format!("/proc/{init_pid}/ns/user")))
-        .map_err(|source| IdMountError::SandboxNamespace {
-            pid: init_pid,
-            source,
-        })?;
-    out.unreadable = unreadable;
-    match &spec.image {
+/// The image's mounts (`lower:<name>`, `image`), id-mapped through a user namespace carrying
+/// the sandbox's own maps, made by the host while the init stage starts ([`prepare_image`]).
+pub struct ImageMounts {
+    labels: Vec<String>,
+    fds: Vec<OwnedFd>,
+    _ns_child: idmount::NsChild,
+}
+
+/// Host side, made off the start's critical path (on the thread that also scans for
+/// [`Unreadable`] entries, while the init stage is spawned): the image's mounts, id-mapped
+/// through a user namespace made for the purpose with exactly the sandbox's maps (`uid_map`,
+/// `gid_map`: the texts written to the init stage's `/proc/PID/uid_map` and `gid_map`). An
+/// id-mapped mount translates ids by its namespace's maps alone, so a file host root owns is
+/// owned by in-sandbox root, as through the sandbox's own namespace, which does not exist yet.
+pub fn prepare_image(
+    image: &Image,
+    uid_map: &str,
+    gid_map: &str,
+) -> Result<ImageMounts, IdMountError> {
+    let (ns, ns_child) = idmount::user_namespace(uid_map, gid_map)
+        .map_err(|source| IdMountError::OwnerNamespace { source })?;
+    let mut out = ImageMounts {
+        labels: Vec::new(),
+        fds: Vec::new(),
+        _ns_child: ns_child,
+    };
+    match image {
         Image::Host => {
             for name in HOST_IMAGE_ENTRIES {
                 let host = Path::new("/").join(name);
                 let is_dir = std::fs::symlink_metadata(&host).is_ok_and(|m| m.is_dir());
                 if is_dir {
-                    out.add(format!("lower:{name}"), &host, &sandbox_ns, true)?;
+                    out.add(format!("lower:{name}"), &host, &ns, true)?;
                 }
             }
             // The package manager's state in `/var` (`rootfs/packages.rs`).
             for rel in packages::PACKAGE_STATE {
                 if packages::is_host_dir(rel) {
                     let host = Path::new("/").join(rel);
-                    out.add(packages::lower_label(rel), &host, &sandbox_ns, true)?;
+                    out.add(packages::lower_label(rel), &host, &ns, true)?;
                 }
             }
         }
-        Image::Directory(dir) => out.add("image".to_owned(), dir, &sandbox_ns, true)?,
-        Image::Imported(image) => out.add("image".to_owned(), &image.rootfs, &sandbox_ns, true)?,
+        Image::Directory(dir) => out.add("image".to_owned(), dir, &ns, true)?,
+        Image::Imported(image) => out.add("image".to_owned(), &image.rootfs, &ns, true)?,
     }
     Ok(out)
+}
+
+impl ImageMounts {
+    fn add(
+        &mut self,
+        label: String,
+        path: &Path,
+        ns: &OwnedFd,
+        read_only: bool,
+    ) -> Result<(), IdMountError> {
+        self.fds.push(clone_mapped(path, ns, read_only)?);
+        self.labels.push(label);
+        Ok(())
+    }
+}
+
+/// Host side, once the init stage's maps are written: adds to `out` ([`prepare_owned`]) the
+/// image's mounts ([`prepare_image`]) and what to mask. Nothing here makes a mount: the
+/// critical path of the start only pairs what was made meanwhile.
+pub fn prepare(mut out: Prepared, image: ImageMounts, unreadable: Vec<Unreadable>) -> Prepared {
+    out.unreadable = unreadable;
+    out.labels.extend(image.labels);
+    out.fds.extend(image.fds);
+    out._image_ns_child = Some(image._ns_child);
+    out
 }
 
 impl Prepared {
@@ -213,20 +250,26 @@ impl Prepared {
         ns: &OwnedFd,
         read_only: bool,
     ) -> Result<(), IdMountError> {
-        let tree = idmount::clone_tree(path).map_err(|source| IdMountError::Clone {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        idmount::set_idmap(tree.as_fd(), ns.as_fd(), read_only).map_err(|source| {
-            IdMountError::Unsupported {
-                path: path.to_path_buf(),
-                source,
-            }
-        })?;
+        self.fds.push(clone_mapped(path, ns, read_only)?);
         self.labels.push(label);
-        self.fds.push(tree);
         Ok(())
     }
+}
+
+/// `path` as a detached mount (without its submounts), id-mapped through `ns`, `nosuid,nodev`
+/// and `ro` when `read_only`.
+fn clone_mapped(path: &Path, ns: &OwnedFd, read_only: bool) -> Result<OwnedFd, IdMountError> {
+    let tree = idmount::clone_tree(path).map_err(|source| IdMountError::Clone {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    idmount::set_idmap(tree.as_fd(), ns.as_fd(), read_only).map_err(|source| {
+        IdMountError::Unsupported {
+            path: path.to_path_buf(),
+            source,
+        }
+    })?;
+    Ok(tree)
 }
 
 /// Label prefix of the root view's mounts (`root-map:<i>`, as `map:<i>`).
@@ -331,7 +374,7 @@ fn walk_top(top: &Path, found: &mut Vec<Unreadable>) -> Result<(), IdMountError>
     use rustix::fs::{Mode, OFlags};
     let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     match rustix::fs::open(top, flags, Mode::empty()) {
-        Ok(dir) => walk(&dir, top, found),
+        Ok(dir) => walk(dir, top, found),
         // Absent, or a symbolic link (the image recreates it as one, pointing elsewhere).
         Err(rustix::io::Errno::NOENT | rustix::io::Errno::NOTDIR | rustix::io::Errno::LOOP) => {
             Ok(())
@@ -345,12 +388,16 @@ fn scan_err(path: &Path) -> impl FnOnce(std::io::Error) -> IdMountError {
     move |source| IdMountError::Scan { path, source }
 }
 
-fn walk(dir: &OwnedFd, path: &Path, found: &mut Vec<Unreadable>) -> Result<(), IdMountError> {
+/// Walks the open directory `dir` (whose path is `path`). The directory stream takes `dir`
+/// itself (`Dir::new`; `Dir::read_from` would reopen it: two more syscalls per directory).
+fn walk(dir: OwnedFd, path: &Path, found: &mut Vec<Unreadable>) -> Result<(), IdMountError> {
     use rustix::fs::{AtFlags, FileType, Mode, OFlags};
     let err = |e: rustix::io::Errno| scan_err(path)(e.into());
-    let mut entries = rustix::fs::Dir::read_from(dir).map_err(err)?;
+    let mut entries = rustix::fs::Dir::new(dir).map_err(err)?;
     while let Some(entry) = entries.read() {
         let entry = entry.map_err(err)?;
+        // For `*at` calls only, which do not use the stream's position.
+        let dir = entries.fd().map_err(err)?;
         let name = entry.file_name();
         if name == c"." || name == c".." {
             continue;
@@ -381,7 +428,7 @@ fn walk(dir: &OwnedFd, path: &Path, found: &mut Vec<Unreadable>) -> Result<(), I
                 Err(rustix::io::Errno::NOENT) => continue,
                 other => other.map_err(|e| scan_err(&child)(e.into()))?,
             };
-            walk(&sub, &child, found)?;
+            walk(sub, &child, found)?;
         }
     }
     Ok(())
@@ -390,6 +437,49 @@ fn walk(dir: &OwnedFd, path: &Path, found: &mut Vec<Unreadable>) -> Result<(), I
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// 9.5b: the image's mounts are made before the sandbox's own namespace has its maps,
+    /// through a namespace given the same map texts: on them host root's files are in-sandbox
+    /// root's (the first id of the sandbox's range, seen from the host), another id of the map
+    /// is shifted the same way, and an id outside the map is nobody's, as through the
+    /// sandbox's namespace; the mount is read-only.
+    #[test]
+    fn image_mounts_map_ids_exactly_as_the_sandbox_maps_do() {
+        use std::os::unix::fs::MetadataExt;
+        if !airlock_testkit::needs_root("id-mapped mounts and chown need root") {
+            return;
+        }
+        let base = 1_500_000_000u32;
+        let map = format!("0 {base} 65536\n");
+        let dir = tempfile::tempdir().unwrap();
+        let image = dir.path().join("image");
+        for (name, owner) in [("root", 0), ("user", 1000), ("outside", 70_000)] {
+            let path = image.join(name);
+            std::fs::create_dir_all(&path).unwrap();
+            std::os::unix::fs::chown(&path, Some(owner), Some(owner)).unwrap();
+        }
+        std::os::unix::fs::chown(&image, Some(0), Some(0)).unwrap();
+        let mounts = prepare_image(&Image::Directory(image.clone()), &map, &map).unwrap();
+        assert_eq!(mounts.labels, ["image"]);
+        let tree = &mounts.fds[0];
+        let seen = |name: &str| {
+            let st = rustix::fs::statat(tree, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW).unwrap();
+            (st.st_uid, st.st_gid)
+        };
+        assert_eq!(seen("."), (base, base));
+        assert_eq!(seen("root"), (base, base));
+        assert_eq!(seen("user"), (base + 1000, base + 1000));
+        assert_eq!(
+            seen("outside"),
+            (65534, 65534),
+            "an unmapped id shows as the overflow id"
+        );
+        // On the host, nothing changed.
+        let meta = std::fs::metadata(image.join("user")).unwrap();
+        assert_eq!((meta.uid(), meta.gid()), (1000, 1000));
+        let write = rustix::fs::mkdirat(tree, "new", rustix::fs::Mode::from_raw_mode(0o755));
+        assert_eq!(write, Err(rustix::io::Errno::ROFS));
+    }
 
     /// A host where files come and go during the walk (a package upgrade; seen in CI as a
     /// failed start: "cannot scan /usr/lib …: No such file or directory") still starts: an

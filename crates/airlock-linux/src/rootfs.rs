@@ -46,6 +46,7 @@ use crate::sys::idmount;
 
 mod accounts;
 mod budget;
+mod costs;
 mod devproc;
 mod etc;
 mod image_links;
@@ -55,6 +56,8 @@ mod root_view;
 mod unreadable;
 
 pub use budget::TmpfsSizes;
+pub use costs::Costs;
+use costs::{timed, Cost};
 
 pub use etc::sandbox_user_name;
 
@@ -163,7 +166,9 @@ pub fn build(boot: &Bootstrap, mounts: &mut Received) -> Result<Option<OwnedFd>,
     )?;
 
     // 2. Scratch space and the new root, sized to the memory limit.
-    let sizes = TmpfsSizes::for_memory(boot.spec.limits.memory_mb.map(|m| m.value));
+    let sizes = timed(Cost::Sizes, || {
+        TmpfsSizes::for_memory(boot.spec.limits.memory_mb.map(|m| m.value))
+    });
     let scratch = enter_scratch(boot, &sizes)?;
     let root = root_on_scratch(&scratch)?;
     let layers = Layers {
@@ -194,7 +199,9 @@ pub fn build(boot: &Bootstrap, mounts: &mut Received) -> Result<Option<OwnedFd>,
     // 3b. What others may not read in the image (host image directories), where in-sandbox root could
     //     (a root invoker's sandbox: its root owns the id-mapped system files).
     if mounts.active() {
-        unreadable::mask(&root, &scratch, &mounts.unreadable)?;
+        timed(Cost::Masks, || {
+            unreadable::mask(&root, &scratch, &mounts.unreadable)
+        })?;
     }
 
     // 4. Empty directories, home, mappings.
@@ -437,12 +444,13 @@ fn enter_scratch(boot: &Bootstrap, sizes: &TmpfsSizes) -> Result<PathBuf, Rootfs
         target: boot.scratch_dir.clone(),
         source: nix::Error::from_raw(source.raw_os_error().unwrap_or(libc::EIO)),
     };
-    let size = sizes.scratch_size();
-    let mut options = vec![("mode", "0700")];
-    if let Some(size) = &size {
-        options.push(("size", size));
-    }
-    let mnt = idmount::tmpfs_on_cwd(&options).map_err(err)?;
+    let fs = idmount::tmpfs_context(&[("mode", "0700")]).map_err(err)?;
+    timed(Cost::Sizes, || match sizes.scratch_size() {
+        Some(size) => idmount::set_option(fs.as_fd(), "size", &size),
+        None => Ok(()),
+    })
+    .map_err(err)?;
+    let mnt = idmount::mount_on_cwd(fs).map_err(err)?;
     rustix::process::fchdir(&mnt).map_err(|e| err(e.into()))?;
     Ok(PathBuf::from("."))
 }
@@ -491,10 +499,12 @@ fn lower_layer(
 }
 
 fn attach_tree(tree: &OwnedFd, src: &Path, target: &Path) -> Result<(), RootfsError> {
-    idmount::attach(tree.as_fd(), target).map_err(|source| RootfsError::Bind {
-        src: src.to_path_buf(),
-        target: target.to_path_buf(),
-        source: nix::Error::from_raw(source.raw_os_error().unwrap_or(libc::EIO)),
+    timed(Cost::Attach, || idmount::attach(tree.as_fd(), target)).map_err(|source| {
+        RootfsError::Bind {
+            src: src.to_path_buf(),
+            target: target.to_path_buf(),
+            source: nix::Error::from_raw(source.raw_os_error().unwrap_or(libc::EIO)),
+        }
     })
 }
 

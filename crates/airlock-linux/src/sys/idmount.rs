@@ -86,15 +86,27 @@ pub fn attach(tree: BorrowedFd<'_>, target: &Path) -> io::Result<()> {
     )?)
 }
 
-/// Mounts a fresh tmpfs (`nosuid,nodev`, with `options`) on the working directory and returns
-/// a descriptor of the new mount's root: the caller can enter it with `fchdir` without walking
-/// any path (the working directory itself may not be searchable by the caller).
-pub fn tmpfs_on_cwd(options: &[(&str, &str)]) -> io::Result<OwnedFd> {
+/// A tmpfs filesystem context (`fsopen`) with `options` set, to be completed with
+/// [`set_option`] and mounted with [`mount_on_cwd`].
+pub fn tmpfs_context(options: &[(&str, &str)]) -> io::Result<OwnedFd> {
     let fs = fsopen("tmpfs", FsOpenFlags::FSOPEN_CLOEXEC)?;
     fsconfig_set_string(fs.as_fd(), "source", "airlock")?;
     for (key, value) in options {
-        fsconfig_set_string(fs.as_fd(), *key, *value)?;
+        set_option(fs.as_fd(), key, value)?;
     }
+    Ok(fs)
+}
+
+/// Sets one string option of the filesystem context `fs`.
+pub fn set_option(fs: BorrowedFd<'_>, key: &str, value: &str) -> io::Result<()> {
+    Ok(fsconfig_set_string(fs, key, value)?)
+}
+
+/// Creates the filesystem of the context `fs`, mounts it (`nosuid,nodev`) on the working
+/// directory and returns a descriptor of the new mount's root: the caller can enter it with
+/// `fchdir` without walking any path (the working directory itself may not be searchable by
+/// the caller).
+pub fn mount_on_cwd(fs: OwnedFd) -> io::Result<OwnedFd> {
     fsconfig_create(fs.as_fd())?;
     let mnt = fsmount(
         fs.as_fd(),

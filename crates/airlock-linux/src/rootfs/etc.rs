@@ -23,6 +23,23 @@ const SECRET_FILES: &[&str] = &["shadow", "shadow-", "gshadow", "gshadow-"];
 /// Secret directories under `/etc`, replaced by an empty read-only tmpfs when present.
 const SECRET_DIRS: &[&str] = &["ssl/private", "NetworkManager/system-connections"];
 
+/// Whether [`apply`] masks the image path `path` (absolute, as in the image) when it is a
+/// directory (`dir`) or a file, whatever else is there: the secret files and directories and
+/// the SSH host keys.
+pub(super) fn masks(path: &Path, dir: bool) -> bool {
+    let Ok(rel) = path.strip_prefix("/etc") else {
+        return false;
+    };
+    if dir {
+        return SECRET_DIRS.iter().any(|d| rel == Path::new(d));
+    }
+    let host_key = rel.parent() == Some(Path::new("ssh"))
+        && rel
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with("ssh_host_"));
+    host_key || SECRET_FILES.iter().any(|f| rel == Path::new(f))
+}
+
 pub(super) fn apply(root: &Path, scratch: &Path, boot: &Bootstrap) -> Result<(), RootfsError> {
     let etc = root.join("etc");
     if !etc.is_dir() {
@@ -228,6 +245,36 @@ fn hosts(hostname: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The unreadable-entry masks leave to `apply` exactly what it masks whatever the host
+    /// holds; anything else (another file, a directory where a file is masked, a path outside
+    /// `/etc`) is still masked by them.
+    #[test]
+    fn masks_names_only_what_apply_masks_whatever_is_there() {
+        for (path, dir) in [
+            ("/etc/shadow", false),
+            ("/etc/gshadow-", false),
+            ("/etc/ssl/private", true),
+            ("/etc/NetworkManager/system-connections", true),
+            ("/etc/ssh/ssh_host_ed25519_key", false),
+        ] {
+            assert!(masks(Path::new(path), dir), "{path}");
+        }
+        for (path, dir) in [
+            ("/etc/shadow", true),
+            ("/etc/ssl/private", false),
+            ("/etc/ssl/private/key.pem", false),
+            ("/etc/ssh/sshd_config", false),
+            ("/etc/ssh/keys/ssh_host_rsa_key", false),
+            ("/etc/ssh", true),
+            ("/etc/security/opasswd", false),
+            ("/opt/shadow", false),
+            ("/usr/etc/shadow", false),
+            ("/etcetera/shadow", false),
+        ] {
+            assert!(!masks(Path::new(path), dir), "{path}");
+        }
+    }
 
     #[test]
     fn every_ssh_host_key_is_found_for_masking() {

@@ -17,44 +17,80 @@
 //!   (~130,000 entries, ~0.5 s) through a walk cached in the runtime root
 //!   (`idmounts/wide_scan.rs`), which sees a `chmod` in place or a file added deep in the tree
 //!   only once the cache expires (docs/security.md lists this as a limitation).
+//!
+//! Cost (issue 9's budget, `rootfs/costs.rs`): each mask is one bind mount, of one of two
+//! templates made once per sandbox (a mount's `ro,nosuid,nodev` flags carry over to its binds),
+//! and entries that the `/etc` masks cover anyway (`etc.rs`: `shadow`, `ssl/private`, the SSH
+//! host keys, …) are left to them rather than masked twice.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use nix::mount::MsFlags;
 
-use super::{bind, inside, mount_raw, remount_bind, write_file, RootfsError};
+use super::{bind, etc, inside, mkdir, mount_raw, remount_bind, write_file, RootfsError};
 use crate::idmounts::Unreadable;
 
 /// Covers each entry of `list` (host paths of the image that others may not read, found by the
 /// host while the namespaces were being made) at its place in `root`:
 /// a file by an empty read-only file, a directory by an empty read-only tmpfs.
 pub(super) fn mask(root: &Path, scratch: &Path, list: &[Unreadable]) -> Result<(), RootfsError> {
-    if list.is_empty() {
-        return Ok(());
-    }
-    let empty = scratch.join("unreadable");
-    write_file(&empty, b"", 0o400)?;
-    let flags = MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
+    let mut templates = Templates {
+        scratch,
+        file: None,
+        dir: None,
+    };
     for entry in list {
+        // Masked by `etc::apply` later in the build, before any sandbox process exists.
+        if etc::masks(&entry.path, entry.dir) {
+            continue;
+        }
         let path = inside(root, &entry.path)?;
         // Gone since the scan (or below an entry already masked): nothing left to hide.
         if std::fs::symlink_metadata(&path).is_err() {
             continue;
         }
-        if entry.dir {
+        let template = templates.get(entry.dir)?;
+        bind(&template, &path)?;
+    }
+    Ok(())
+}
+
+/// The two masks, each made on first use under the scratch space (outside the new root) as its
+/// own `ro,nosuid,nodev` mount, so that a bind of it is one more such mount.
+struct Templates<'a> {
+    scratch: &'a Path,
+    file: Option<PathBuf>,
+    dir: Option<PathBuf>,
+}
+
+impl Templates<'_> {
+    fn get(&mut self, dir: bool) -> Result<PathBuf, RootfsError> {
+        let flags = MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
+        if dir {
+            if let Some(t) = &self.dir {
+                return Ok(t.clone());
+            }
+            let t = self.scratch.join("unreadable-dir");
+            mkdir(&t, 0o700)?;
             let opts = Some("mode=0700,size=4k");
             mount_raw(
                 Some("airlock-mask"),
-                &path,
+                &t,
                 Some("tmpfs"),
                 flags,
                 opts,
                 "tmpfs",
             )?;
+            Ok(self.dir.insert(t).clone())
         } else {
-            bind(&empty, &path)?;
-            remount_bind(&path, flags)?;
+            if let Some(t) = &self.file {
+                return Ok(t.clone());
+            }
+            let t = self.scratch.join("unreadable");
+            write_file(&t, b"", 0o400)?;
+            bind(&t, &t)?;
+            remount_bind(&t, flags)?;
+            Ok(self.file.insert(t).clone())
         }
     }
-    Ok(())
 }

@@ -85,6 +85,17 @@ both! {
             let out = ok(&run);
             assert!(out.ends_with("done\n"), "{run:?}");
             assert!(!out.contains(SECRET), "{opts:?} read a root-only host file: {out}");
+            // What covers them is read-only, for `--root` too (a root invoker's masks are
+            // binds of one read-only template each: nothing written to one shows in another).
+            let private = secrets.paths[1].join("private");
+            let script = format!(
+                "echo x > '{}' 2>/dev/null && echo wrote-file; \
+                 touch '{}/new' 2>/dev/null && echo wrote-dir; echo done",
+                secrets.files[0].display(),
+                private.display()
+            );
+            let run = rt.sh(opts, &script);
+            assert_eq!(ok(&run), "done\n", "{opts:?} wrote to a mask: {run:?}");
         }
         // The files are still there for the host (nothing was changed on the host side).
         assert_eq!(std::fs::read_to_string(&secrets.files[0]).unwrap(), SECRET);

@@ -194,15 +194,35 @@ impl std::fmt::Debug for NsChild {
 const CHILD_STACK: usize = 16 * 1024;
 
 /// Body of the child of [`user_namespace`]: `arg` points to `[read end, write end]` of the
-/// hold pipe. Drops its copy of the write end, then waits for EOF (the parent is done or gone).
+/// hold pipe. Closes every descriptor but the read end, then waits for EOF (the parent is done
+/// or gone).
+///
+/// Every descriptor: the child got a copy of the whole descriptor table, and the host makes
+/// helpers from two threads at once (the image's and the workspaces' mounts) while it spawns
+/// the init stage. A copy of another helper's write end would keep that helper waiting while it
+/// holds ours (both for ever), a copy of the bootstrap pipe's would keep the init stage from
+/// reading its message to the end, and a copy of the id-range lock would keep the range.
+/// `close_range` (Linux 5.9; id-mapped mounts need 5.12) failing ends the child at once: the
+/// parent then fails to write its maps and the start fails with that error instead of hanging.
 extern "C" fn hold_namespace(arg: *mut libc::c_void) -> libc::c_int {
     let fds = arg.cast::<[libc::c_int; 2]>();
     // SAFETY: `arg` is the `fds` array of `user_namespace`, alive until this child is reaped;
-    // close and read are async-signal-safe and only touch this process's descriptor table and
-    // the one-byte local buffer.
+    // close_range and read are async-signal-safe raw syscalls that only touch this process's
+    // descriptor table (its own copy: no CLONE_FILES) and the one-byte local buffer.
     unsafe {
-        let [hold, release] = *fds;
-        libc::close(release);
+        let [hold, _release] = *fds;
+        // close_range(first, last, flags) takes unsigned ints; pass them as the C `long` the
+        // variadic `syscall` reads.
+        let (h, max) = (
+            libc::c_long::from(hold),
+            libc::c_long::from(libc::c_uint::MAX),
+        );
+        let below =
+            h == 0 || libc::syscall(libc::SYS_close_range, 0 as libc::c_long, h - 1, 0) == 0;
+        let above = libc::syscall(libc::SYS_close_range, h + 1, max, 0 as libc::c_long) == 0;
+        if !(below && above) {
+            return 1;
+        }
         let mut byte = 0u8;
         libc::read(hold, (&mut byte as *mut u8).cast(), 1);
     }
@@ -224,4 +244,39 @@ pub fn open_namespace(path: &Path) -> io::Result<OwnedFd> {
         OFlags::RDONLY | OFlags::CLOEXEC,
         Mode::empty(),
     )?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The host makes helper namespaces from two threads at once (the image's on the
+    /// background thread, the workspaces' on the main thread). A helper that kept a copy of
+    /// another helper's hold pipe (or of the init stage's bootstrap pipe) never saw EOF: seen
+    /// as a `run` hung for ever, two helpers each waiting for the other's pipe to close and the
+    /// init stage for its bootstrap message to end. Every helper must exit.
+    #[test]
+    fn helpers_made_from_two_threads_at_once_all_exit() {
+        if !airlock_testkit::needs_root("writing a helper namespace's maps needs root") {
+            return;
+        }
+        let (done, finished) = std::sync::mpsc::channel();
+        for _ in 0..2 {
+            let done = done.clone();
+            std::thread::spawn(move || {
+                for _ in 0..300 {
+                    let map = "0 1500000000 1\n";
+                    let (ns, child) = user_namespace(map, map).unwrap();
+                    drop(ns);
+                    drop(child);
+                }
+                let _ = done.send(());
+            });
+        }
+        for _ in 0..2 {
+            finished
+                .recv_timeout(std::time::Duration::from_secs(120))
+                .expect("a helper never exited: it holds another's hold pipe");
+        }
+    }
 }

@@ -170,7 +170,7 @@ pub fn validate(
 }
 
 fn find_on_path(name: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
+    let path = std::env::var_os(airlock_config::env_vars::PATH)?;
     std::env::split_paths(&path)
         .map(|dir| dir.join(name))
         .find(|p| p.is_file())

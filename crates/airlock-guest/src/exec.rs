@@ -25,6 +25,7 @@
 use std::collections::BTreeMap;
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::thread;
@@ -102,6 +103,11 @@ pub(crate) struct Process {
 /// What the input loop controls.
 struct Input {
     pid: u32,
+    /// Set by the output thread once it knows the process ended, before it says so to the
+    /// host: from then on the group belongs to what the process left running in the
+    /// background, which outlives it (the leader may still be unreaped: the exit is read from
+    /// its pidfd before the reaper runs, so "registered" alone does not mean "running").
+    ended: Arc<AtomicBool>,
     master: Option<OwnedFd>,
     stdin: Stdin,
 }
@@ -181,9 +187,12 @@ pub fn serve(mut stream: UnixStream, shared: &Shared) {
     let Process { ends, watch, .. } = process;
     let output_writer = Arc::clone(&writer);
     let outputs = ends.outputs;
-    let output = thread::spawn(move || pump_output(outputs, watch, &output_writer));
+    let ended = Arc::new(AtomicBool::new(false));
+    let output_ended = Arc::clone(&ended);
+    let output = thread::spawn(move || pump_output(outputs, watch, &output_writer, &output_ended));
     let input = Input {
         pid,
+        ended,
         master: ends.master,
         stdin: Stdin::Unopened(ends.stdin),
     };
@@ -368,6 +377,7 @@ fn read_input(
 ) {
     let Input {
         pid,
+        ended,
         master,
         mut stdin,
     } = input;
@@ -375,7 +385,7 @@ fn read_input(
     let group = Pid::from_raw(pid as i32);
     let signal_group = |signal: Signal| {
         if let Some(group) = group {
-            if shared.children.is_running(pid) {
+            if !ended.load(Ordering::SeqCst) && shared.children.is_running(pid) {
                 let _ = kill_process_group(group, signal);
             }
         }
@@ -429,7 +439,12 @@ fn read_input(
 }
 
 /// Forwards output until the process ended and its output is drained, then reports the exit.
-fn pump_output(mut open: Vec<(OwnedFd, Output)>, watch: ExitWatch, writer: &Writer) {
+fn pump_output(
+    mut open: Vec<(OwnedFd, Output)>,
+    watch: ExitWatch,
+    writer: &Writer,
+    ended: &AtomicBool,
+) {
     let mut buf = vec![0u8; CHUNK];
     let mut report: Option<ExitReport> = None;
     let mut deadline: Option<Instant> = None;
@@ -490,6 +505,9 @@ fn pump_output(mut open: Vec<(OwnedFd, Output)>, watch: ExitWatch, writer: &Writ
         for index in closed.into_iter().rev() {
             open.remove(index);
         }
+    }
+    if report.is_some() {
+        ended.store(true, Ordering::SeqCst);
     }
     let message = match report {
         Some(ExitReport::Code(code)) => Message::Exited { code },

@@ -16,10 +16,17 @@ use std::process::Command;
 ///
 /// A failing step fails the spawn with its error: the monitor never runs half set up.
 pub fn before_exec(cmd: &mut Command, identity: Option<(u32, u32)>) {
-    let parent = std::process::id() as libc::pid_t;
-    // SAFETY: the closure runs in the forked child before execve; it only makes raw syscalls
-    // (setgroups, setresgid, setresuid, prctl, getppid) on values copied in before the fork,
-    // without allocating or taking locks, which is async-signal-safe.
+    before_exec_with_parent(cmd, identity, std::process::id());
+}
+
+/// [`before_exec`] for a process that replaces itself with the monitor (`Command::exec`, the
+/// hooks run in the calling process): `parent` is the process it must die with, which is then
+/// the caller's own parent rather than the caller.
+pub fn before_exec_with_parent(cmd: &mut Command, identity: Option<(u32, u32)>, parent: u32) {
+    let parent = parent as libc::pid_t;
+    // SAFETY: the closure runs in the forked child (or, for `exec`, in the caller just before
+    // execve) and only makes raw syscalls (setgroups, setresgid, setresuid, prctl, getppid) on
+    // values copied in before, without allocating or taking locks, which is async-signal-safe.
     unsafe {
         cmd.pre_exec(move || {
             let check = |rc: libc::c_int| {
@@ -48,4 +55,17 @@ pub fn before_exec(cmd: &mut Command, identity: Option<(u32, u32)>) {
             Ok(())
         });
     }
+}
+
+/// Moves the calling process into a mount namespace of its own in which every mount is
+/// private: what it mounts never reaches the host's namespace, and nothing mounted on the host
+/// later appears in it. Needs `CAP_SYS_ADMIN`.
+pub fn private_mount_namespace() -> std::io::Result<()> {
+    use rustix::mount::{mount_change, MountPropagationFlags};
+    nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNS).map_err(std::io::Error::from)?;
+    mount_change(
+        "/",
+        MountPropagationFlags::PRIVATE | MountPropagationFlags::REC,
+    )?;
+    Ok(())
 }

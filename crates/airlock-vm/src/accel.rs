@@ -67,7 +67,10 @@ impl FromStr for AccelChoice {
 fn device_problem(device: KvmDevice) -> Option<&'static str> {
     match device {
         KvmDevice::Absent => Some("/dev/kvm does not exist"),
-        KvmDevice::NoAccess => Some("/dev/kvm cannot be opened read-write by this user"),
+        KvmDevice::NoAccess => Some(
+            "/dev/kvm cannot be opened read-write by the monitor (the invoker; for a root \
+             invoker, an unprivileged id without groups)",
+        ),
         KvmDevice::Usable => None,
     }
 }

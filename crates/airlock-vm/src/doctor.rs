@@ -25,7 +25,7 @@ pub enum KvmDevice {
 pub fn checks(cache: &Path, user: &str) -> Vec<Check> {
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     vec![
-        kvm_check(kvm_device(), &cpuinfo, user),
+        kvm_check(monitor_kvm_device(), &cpuinfo, user),
         monitor_check(find_on_path(QEMU).as_deref()),
         kernel_check(Kernel::find(&cache.join("vm-kernel"))),
     ]
@@ -40,6 +40,21 @@ pub fn kvm_device() -> KvmDevice {
     match rustix::fs::access("/dev/kvm", Access::READ_OK | Access::WRITE_OK) {
         Ok(()) => KvmDevice::Usable,
         Err(_) => KvmDevice::NoAccess,
+    }
+}
+
+/// What this host's `/dev/kvm` is to the VM's monitor as this user starts it: the invoker's
+/// own access, or for root, whose QEMU runs as an id of no group that owns no file
+/// (`crate::monitor`), whether others may read and write it.
+pub fn monitor_kvm_device() -> KvmDevice {
+    use std::os::unix::fs::PermissionsExt;
+    if !rustix::process::geteuid().is_root() {
+        return kvm_device();
+    }
+    match std::fs::metadata("/dev/kvm") {
+        Err(_) => KvmDevice::Absent,
+        Ok(m) if m.permissions().mode() & 0o006 == 0o006 => KvmDevice::Usable,
+        Ok(_) => KvmDevice::NoAccess,
     }
 }
 
@@ -61,6 +76,11 @@ pub fn kvm_check(device: KvmDevice, cpuinfo: &str, user: &str) -> Check {
             Status::Warning,
             format!("/dev/kvm does not exist; {tcg}"),
             Some("load the kvm module (modprobe kvm_intel or kvm_amd) on a host with hardware virtualization".to_owned()),
+        ),
+        KvmDevice::NoAccess if user == "root" => (
+            Status::Warning,
+            format!("/dev/kvm exists but a root invoker's QEMU, which runs as an unprivileged id without groups, cannot open it read-write (only a device readable and writable by others is); {tcg}"),
+            Some("make /dev/kvm mode 0666 (systemd's default udev rule: KERNEL==\"kvm\", MODE=\"0666\"), or run airlock as an unprivileged user in the kvm group".to_owned()),
         ),
         KvmDevice::NoAccess => (
             Status::Warning,
@@ -173,6 +193,17 @@ mod tests {
             c.fix.as_deref(),
             Some("sudo usermod -aG kvm alice (then log in again)")
         );
+    }
+
+    /// A root invoker's QEMU runs as an id without groups: the kvm group is no fix for it.
+    #[test]
+    fn a_dev_kvm_closed_to_a_root_invokers_monitor_says_what_it_needs() {
+        let c = kvm_check(KvmDevice::NoAccess, VTX, "root");
+        assert_eq!(c.status, Status::Warning);
+        assert!(c.detail.contains("unprivileged id"), "{}", c.detail);
+        assert!(c.detail.contains("vm.accel = \"tcg\""), "{}", c.detail);
+        let fix = c.fix.unwrap();
+        assert!(fix.contains("0666") && !fix.contains("usermod"), "{fix}");
     }
 
     #[test]

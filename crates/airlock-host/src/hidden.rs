@@ -3,8 +3,10 @@
 //!
 //! The guest side of a sandbox runs as a hidden verb of this same binary (docs/architecture.md),
 //! started inside the new namespaces; it must never appear in `--help` and must not depend on
-//! clap's parsing of the public surface. Three verbs: `__init` ([`init`]), `__keeper`
-//! ([`crate::lifecycle::keeper::main`]) and `__proxy` ([`crate::egress::child::main`]).
+//! clap's parsing of the public surface. The verbs: `__init` ([`init`]), `__keeper`
+//! ([`crate::lifecycle::keeper::main`]), `__proxy` ([`crate::egress::child::main`]), the image
+//! import helper, and `__vm-monitor` (`airlock_vm::monitor`: a root invoker's QEMU, started as
+//! an unprivileged id in a mount namespace of its own with id-mapped shares).
 //!
 //! `airlock __init` (see `airlock_linux::init`): builds the sandbox (namespaces, rootfs,
 //! `pivot_root`) and, in PID 1, becomes the guest (`airlock_guest::pid1::run`) with the
@@ -38,6 +40,10 @@ pub fn dispatch(args: &[OsString]) -> Option<i32> {
             return Some(crate::vm::keeper::main(args));
         }
         return Some(crate::lifecycle::keeper::main(args));
+    }
+    // A root invoker's VM monitor: QEMU as an unprivileged id with id-mapped shares.
+    if verb == airlock_vm::monitor::VERB && args.len() == 3 {
+        return Some(airlock_vm::monitor::main(&args[2]));
     }
     // An unprivileged image import, inside a user namespace mapped like a sandbox's.
     if verb == airlock_image::helper::HELPER_VERB && args.len() == 2 {

@@ -4,6 +4,8 @@
 //!   `modules.dep` order.
 //! - [`cpio`]: the `newc` writer the initramfs is made with.
 //! - [`mux`]: many flow-controlled streams over the one virtio-serial port.
+//! - [`monitor`]: the helper that runs a root caller's QEMU as an unprivileged id with
+//!   id-mapped shares.
 
 pub mod accel;
 pub mod boot;
@@ -15,4 +17,5 @@ pub mod initramfs;
 pub mod kernel;
 pub mod limits;
 pub mod machine;
+pub mod monitor;
 pub mod mux;

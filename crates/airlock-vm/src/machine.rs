@@ -1,11 +1,18 @@
 //! The host side of one VM: QEMU's `microvm` machine with the guest kernel, airlock's
 //! initramfs, one virtio-serial port for the control channel and 9p shares; the boot
 //! exchange; the [`Mux`] that streams go through afterwards.
+//!
+//! QEMU opens nothing of airlock's by path but the kernel, the initramfs and the shares: the
+//! channel is one end of a socket pair and the console a file airlock opened, both inherited
+//! as descriptors ([`CHANNEL_FD`], [`CONSOLE_FD`]). With [`MonitorExec::helper`] (a root
+//! caller), QEMU is started through [`crate::monitor`] and sees the kernel, the initramfs and
+//! the id-mapped shares by names relative to its working directory.
 
 use std::fs::File;
 use std::io::{self, Read};
 use std::net::Shutdown;
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::fd::OwnedFd;
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -39,6 +46,11 @@ pub struct HostShare {
     pub tag: String,
     pub host: PathBuf,
     pub writable: bool,
+    /// Through the monitor helper only ([`MonitorExec::helper`]): shown to QEMU id-mapped, the
+    /// caller's files as the monitor's (workspaces, mounts, the egress directory). `false`:
+    /// shared as the host has it (the host's `/usr`: what others may not read stays
+    /// unreadable to the monitor and so to the guest).
+    pub id_mapped: bool,
 }
 
 /// How to start one VM.
@@ -51,7 +63,8 @@ pub struct MachineSpec {
     pub accel: Accel,
     /// Guest RAM and vCPUs, from the sandbox's `memory_mb` and `cpus`.
     pub limits: Limits,
-    /// A private directory for the channel socket, the console log and QEMU's own log.
+    /// A private directory for the console log and QEMU's own log (through the monitor
+    /// helper, also what its own directory is mounted over, in its namespace only).
     pub dir: PathBuf,
     /// Shares (the host's `/usr` and every workspace); tags match the guest configuration.
     pub shares: Vec<HostShare>,
@@ -72,7 +85,18 @@ pub struct MonitorExec {
     pub join: Vec<std::os::fd::RawFd>,
     /// Run QEMU as this uid and gid (no supplementary groups) instead of the caller.
     pub identity: Option<(u32, u32)>,
+    /// With `identity`: the `airlock` executable, whose hidden verb [`crate::monitor::VERB`]
+    /// starts QEMU in a mount namespace of its own with the kernel, the initramfs and the
+    /// `id_mapped` shares id-mapped to `identity` (a root caller: its files stay its own and
+    /// QEMU needs no path of its to be searchable). `None`: QEMU is spawned directly and
+    /// opens the host's paths itself.
+    pub helper: Option<PathBuf>,
 }
+
+/// QEMU's descriptor of the channel (its end of a socket pair).
+pub const CHANNEL_FD: i32 = 3;
+/// QEMU's descriptor of the console log (opened by airlock, write-only).
+pub const CONSOLE_FD: i32 = 4;
 
 /// Starting or stopping the VM failed.
 #[derive(Debug, thiserror::Error)]
@@ -115,8 +139,24 @@ pub struct Machine {
     dir: PathBuf,
 }
 
-/// QEMU's arguments for `spec` (the channel socket at `socket`, the console to `console`).
-pub fn qemu_args(spec: &MachineSpec, socket: &Path, console: &Path) -> Vec<String> {
+/// How QEMU names what it opens by path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Paths {
+    /// The host's own paths (QEMU spawned directly).
+    Host,
+    /// Names in the monitor helper's directory ([`helper_binds`]).
+    Helper,
+}
+
+/// QEMU's arguments for `spec` (the channel and the console are inherited descriptors).
+pub fn qemu_args(spec: &MachineSpec, paths: Paths) -> Vec<String> {
+    let (kernel, initramfs) = match paths {
+        Paths::Host => (
+            spec.kernel.display().to_string(),
+            spec.initramfs.display().to_string(),
+        ),
+        Paths::Helper => (KERNEL_NAME.to_owned(), INITRAMFS_NAME.to_owned()),
+    };
     let mut args: Vec<String> = [
         "-M",
         "microvm,x-option-roms=off,isa-serial=on,rtc=on",
@@ -140,34 +180,73 @@ pub fn qemu_args(spec: &MachineSpec, socket: &Path, console: &Path) -> Vec<Strin
         spec.limits.memory_mb.to_string(),
         "-smp".into(),
         spec.limits.vcpus.to_string(),
+        "-add-fd".into(),
+        format!("fd={CONSOLE_FD},set=1"),
         "-serial".into(),
-        format!("file:{}", console.display()),
+        "file:/dev/fdset/1".into(),
         "-kernel".into(),
-        spec.kernel.display().to_string(),
+        kernel,
         "-initrd".into(),
-        spec.initramfs.display().to_string(),
+        initramfs,
         "-append".into(),
         kernel_command_line(spec.accel),
         "-device".into(),
         "virtio-serial-device,max_ports=2".into(),
         "-chardev".into(),
-        format!("socket,id=channel,path={}", socket.display()),
+        format!("socket,id=channel,fd={CHANNEL_FD}"),
         "-device".into(),
         format!("virtserialport,chardev=channel,name={CHANNEL_PORT}"),
     ]);
     for (i, share) in spec.shares.iter().enumerate() {
         let readonly = if share.writable { "" } else { ",readonly=on" };
+        let path = match paths {
+            Paths::Helper if share.id_mapped => share_name(i),
+            _ => share.host.display().to_string(),
+        };
         args.extend([
             "-fsdev".into(),
-            format!(
-                "local,id=fs{i},path={},security_model=none{readonly}",
-                share.host.display()
-            ),
+            format!("local,id=fs{i},path={path},security_model=none{readonly}"),
             "-device".into(),
             format!("virtio-9p-device,fsdev=fs{i},mount_tag={}", share.tag),
         ]);
     }
     args
+}
+
+/// The kernel's and the initramfs's names in the monitor helper's directory.
+const KERNEL_NAME: &str = "kernel";
+const INITRAMFS_NAME: &str = "initramfs";
+
+/// The name of the `i`th share in the monitor helper's directory.
+fn share_name(i: usize) -> String {
+    format!("s{i}")
+}
+
+/// What the monitor helper binds into its directory for `spec`: the kernel and the initramfs
+/// (read-only) and every `id_mapped` share, under the names [`qemu_args`] gives QEMU.
+pub fn helper_binds(spec: &MachineSpec) -> Vec<crate::monitor::Bind> {
+    let mut binds = vec![
+        crate::monitor::Bind {
+            source: spec.kernel.clone(),
+            name: KERNEL_NAME.into(),
+            writable: false,
+        },
+        crate::monitor::Bind {
+            source: spec.initramfs.clone(),
+            name: INITRAMFS_NAME.into(),
+            writable: false,
+        },
+    ];
+    for (i, share) in spec.shares.iter().enumerate() {
+        if share.id_mapped {
+            binds.push(crate::monitor::Bind {
+                source: share.host.clone(),
+                name: share_name(i),
+                writable: share.writable,
+            });
+        }
+    }
+    binds
 }
 
 /// The guest kernel's command line. Under TCG, `microvm` (no HPET, no PM timer) gives the
@@ -207,19 +286,41 @@ impl Machine {
             let path = path.to_path_buf();
             move |source| MachineError::Io { what, path, source }
         };
-        let socket = spec.dir.join("channel.sock");
         let console = spec.dir.join("console.log");
         let log = spec.dir.join("qemu.log");
-        let _ = std::fs::remove_file(&socket);
-        let listener = UnixListener::bind(&socket).map_err(io_err("bind", &socket))?;
-        listener
-            .set_nonblocking(true)
-            .map_err(io_err("configure", &socket))?;
+        let (channel, monitor_end) =
+            UnixStream::pair().map_err(io_err("create the channel for", &spec.dir))?;
+        let console_file = File::create(&console).map_err(io_err("create", &console))?;
         let log_file = File::create(&log).map_err(io_err("create", &log))?;
         let started = Instant::now();
-        let mut command = Command::new(&spec.qemu);
+        let mut command = match (&spec.monitor.helper, spec.monitor.identity) {
+            (Some(helper), Some((uid, gid))) => {
+                let plan = crate::monitor::Plan {
+                    uid,
+                    gid,
+                    qemu: spec.qemu.clone(),
+                    args: qemu_args(spec, Paths::Helper),
+                    binds: helper_binds(spec),
+                };
+                let plan = serde_json::to_string(&plan).map_err(|e| MachineError::Spawn {
+                    qemu: helper.clone(),
+                    source: io::Error::other(e),
+                })?;
+                let mut command = Command::new(helper);
+                // The helper mounts its directory over this one, in its own namespace only.
+                command
+                    .arg(crate::monitor::VERB)
+                    .arg(plan)
+                    .current_dir(&spec.dir);
+                command
+            }
+            _ => {
+                let mut command = Command::new(&spec.qemu);
+                command.args(qemu_args(spec, Paths::Host));
+                command
+            }
+        };
         command
-            .args(qemu_args(spec, &socket, &console))
             .stdin(Stdio::null())
             .stdout(log_file.try_clone().map_err(io_err("open", &log))?)
             .stderr(log_file);
@@ -227,17 +328,33 @@ impl Machine {
         if !spec.monitor.join.is_empty() {
             airlock_linux::sys::fd::join_before_exec(&mut command, spec.monitor.join.clone());
         }
-        airlock_linux::sys::monitor::before_exec(&mut command, spec.monitor.identity);
-        let mut child = command.spawn().map_err(|source| MachineError::Spawn {
+        let monitor_end = OwnedFd::from(monitor_end);
+        let console_fd = OwnedFd::from(console_file);
+        airlock_linux::sys::fd::place_fds(
+            &mut command,
+            &[(&monitor_end, CHANNEL_FD), (&console_fd, CONSOLE_FD)],
+        );
+        // Through the helper, the identity switch is the helper's last step (after its mounts).
+        let identity = match spec.monitor.helper {
+            Some(_) => None,
+            None => spec.monitor.identity,
+        };
+        airlock_linux::sys::monitor::before_exec(&mut command, identity);
+        let spawned = command.spawn();
+        // QEMU's ends only: a QEMU that dies closes the channel.
+        drop((monitor_end, console_fd));
+        let mut child = spawned.map_err(|source| MachineError::Spawn {
             qemu: spec.qemu.clone(),
             source,
         })?;
-        match Self::handshake(&listener, &mut child, config, deadline, spec) {
+        match Self::handshake(channel, &mut child, config, deadline, spec) {
             Ok((channel, hello)) => {
                 let spawn_to_hello_ms = started.elapsed().as_millis() as u64;
-                let _ = std::fs::remove_file(&socket);
-                let reader = channel.try_clone().map_err(io_err("clone", &socket))?;
-                let writer = channel.try_clone().map_err(io_err("clone", &socket))?;
+                let clone_err = io_err("clone the channel of", &spec.dir);
+                let reader = channel.try_clone().map_err(clone_err)?;
+                let writer = channel
+                    .try_clone()
+                    .map_err(io_err("clone the channel of", &spec.dir))?;
                 let on_open = spec.egress_socket.clone().map(|proxy| {
                     Box::new(move |stream: UnixStream| {
                         // A proxy that is gone ends the guest's connection (dropped stream).
@@ -261,14 +378,13 @@ impl Machine {
             Err(err) => {
                 let _ = child.kill();
                 let _ = child.wait();
-                let _ = std::fs::remove_file(&socket);
                 Err(err)
             }
         }
     }
 
     fn handshake(
-        listener: &UnixListener,
+        mut channel: UnixStream,
         child: &mut Child,
         config: &GuestConfig,
         deadline: Instant,
@@ -287,21 +403,6 @@ impl Machine {
             waited: started.elapsed(),
             console: tail(&spec.dir.join("console.log")),
         };
-        let mut channel = loop {
-            match listener.accept() {
-                Ok((stream, _)) => break stream,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(e) => return Err(MachineError::Hello(e.to_string())),
-            }
-            if let Some(err) = exited(child) {
-                return Err(err);
-            }
-            if Instant::now() > deadline {
-                return Err(timeout());
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        };
-        let _ = channel.set_nonblocking(false);
         // Read the hello in short slices so a QEMU that dies is noticed.
         let hello = loop {
             let _ = channel.set_read_timeout(Some(Duration::from_millis(200)));
@@ -460,7 +561,7 @@ mod tests {
         }
     }
 
-    /// A monitor that connects to the channel, closes it, says why on stderr and exits a
+    /// A monitor that closes its end of the channel, says why on stderr and exits a
     /// moment later (as a QEMU that aborts does): the error is its exit with its log, not a
     /// timeout with nothing to go on.
     #[test]
@@ -473,9 +574,9 @@ mod tests {
         std::fs::write(
             &fake,
             "#!/usr/bin/env python3\n\
-             import socket, sys, time\n\
-             path = [a for a in sys.argv if a.startswith('socket,')][0].split('path=')[1]\n\
-             s = socket.socket(socket.AF_UNIX); s.connect(path); s.close()\n\
+             import os, sys, time\n\
+             assert 'socket,id=channel,fd=3' in sys.argv\n\
+             os.close(3)\n\
              print('fake monitor: failed to set MSR', file=sys.stderr, flush=True)\n\
              time.sleep(0.3)\n\
              sys.exit(3)\n",
@@ -559,6 +660,7 @@ mod tests {
             monitor: MonitorExec {
                 join: join.raw(),
                 identity: Some((65534, 65534)),
+                helper: None,
             },
         };
         let deadline = Instant::now() + Duration::from_secs(30);

@@ -7,10 +7,15 @@
 //! airlock's initramfs (`airlock_vm`) instead of starting namespaces. Its "PID 1" as the
 //! records see it is the QEMU process: a killed monitor is a sandbox whose guest is gone.
 //!
-//! Order for `up`: [`validate`] (before any side effect: no root invoker, a host image,
-//! directories only, QEMU and the kernel found, the accelerator possible) → `prepare` builds
-//! (or reuses) the initramfs in the invoker's cache and writes [`VmStart`] beside the linux
-//! start request → the keeper boots the VM ([`boot`]).
+//! Order for `up`: [`validate`] (before any side effect: a host image, directories only,
+//! QEMU and the kernel found, the accelerator possible) → `prepare` builds (or reuses) the
+//! initramfs in the invoker's cache and writes [`VmStart`] beside the linux start request →
+//! the keeper boots the VM ([`boot`]).
+//!
+//! QEMU never runs as host root: for a root invoker, [`boot`] claims the sandbox's id range
+//! (as a root invoker's `linux` sandbox does) and QEMU runs as one id of it, started through
+//! the monitor helper (`airlock_vm::monitor`) with the workspaces id-mapped so that what the
+//! guest writes is still root's on the host.
 
 pub mod keeper;
 pub mod run;
@@ -85,18 +90,6 @@ pub fn validate(
     spec: &SandboxSpec,
     cache_root: &Path,
 ) -> Result<VmSettings, HostError> {
-    // The monitor would run as the invoker: for root that is host root, which the vm boundary
-    // must never hand a guest (docs/vm.md, "The monitor's identity for a root invoker").
-    if rustix::process::geteuid().is_root() {
-        return Err(unavailable(
-            "backend.vm_root",
-            "the vm backend does not run for root: QEMU would run as host root, and the \
-             helper that runs it as an unprivileged id with id-mapped shares is not built yet"
-                .into(),
-            "run airlock as your own (unprivileged) user for --backend vm, or use the linux \
-             backend as root",
-        ));
-    }
     if !matches!(spec.image, Image::Host) {
         return Err(HostError::new(
             ErrorKind::Config,
@@ -151,7 +144,7 @@ pub fn validate(
              cache, installing nothing), or set vm.kernel to a kernel it unpacked",
         )
     })?;
-    let device = airlock_vm::doctor::kvm_device();
+    let device = airlock_vm::doctor::monitor_kvm_device();
     // `auto` with a device still needs its probe boot, which the keeper runs.
     airlock_vm::accel::resolve(config.accel, device, || Ok(())).map_err(|e| {
         unavailable(
@@ -228,6 +221,31 @@ pub fn cgroup_spec(spec: &SandboxSpec, vm: &VmStart) -> SandboxSpec {
 pub struct Booted {
     pub machine: Machine,
     pub key: [u8; 32],
+    /// A root invoker's claim on the id range QEMU's id comes from, held while the VM runs.
+    _range: Option<airlock_linux::idmap::RangeClaim>,
+}
+
+/// A root invoker's monitor: its uid and gid, and the claim on the range they come from.
+type RootMonitor = ((u32, u32), airlock_linux::idmap::RangeClaim);
+
+/// Who QEMU runs as: the invoker (`None`), or for a root invoker an id of a range claimed for
+/// this sandbox (the id a root invoker's `linux` sandbox user has on the host), with the claim.
+fn monitor_identity(spec: &SandboxSpec) -> Result<Option<RootMonitor>, HostError> {
+    use airlock_linux::idmap;
+    if !rustix::process::geteuid().is_root() {
+        return Ok(None);
+    }
+    let host = idmap::HostIds::probe(spec.user.uid, spec.user.gid, &spec.user.name);
+    let claim =
+        idmap::claim_root_range(Path::new(idmap::ROOT_RANGE_DIR), &host.taken).map_err(|e| {
+            unavailable(
+                "backend.vm_ids",
+                format!("cannot claim an id range for the VM's monitor: {e}"),
+                "stop sandboxes you no longer need (`airlock down`)",
+            )
+        })?;
+    let id = claim.range.start + idmap::ROOT_INVOKER_SANDBOX_ID;
+    Ok(Some(((id, id), claim)))
 }
 
 /// Where a VM boots: its private directory (channel socket, QEMU's log, the console), the
@@ -268,6 +286,7 @@ pub fn boot(
         airlock_vm::limits::Limits::new(memory, spec.limits.cpus.map(|c| c.value), host)
             .map_err(|e| HostError::new(ErrorKind::Config, "backend.vm_limits", e.to_string()))?;
     let (host_shares, guest_shares) = shares(spec);
+    let (identity, range) = monitor_identity(spec)?.unzip();
     let mut machine = MachineSpec {
         qemu: vm.qemu.clone(),
         kernel: kernel.image.clone(),
@@ -279,30 +298,38 @@ pub fn boot(
         egress_socket: place.egress_socket.clone(),
         monitor: MonitorExec {
             join: place.join,
-            identity: None,
+            identity,
+            // `/proc/self/exe` is this airlock in the child too, whatever became of its path.
+            helper: identity.map(|_| PathBuf::from("/proc/self/exe")),
         },
     };
-    machine.accel = airlock_vm::accel::resolve(vm.accel, airlock_vm::doctor::kvm_device(), || {
-        airlock_vm::accel::probe_boot(&machine).map(drop)
-    })
-    .map_err(|e| {
-        unavailable(
-            "backend.vm_accel",
-            e.to_string(),
-            "see `airlock doctor` (vm_kvm) for what this host offers",
-        )
-    })?;
+    machine.accel =
+        airlock_vm::accel::resolve(vm.accel, airlock_vm::doctor::monitor_kvm_device(), || {
+            airlock_vm::accel::probe_boot(&machine).map(drop)
+        })
+        .map_err(|e| {
+            unavailable(
+                "backend.vm_accel",
+                e.to_string(),
+                "see `airlock doctor` (vm_kvm) for what this host offers",
+            )
+        })?;
     let key = airlock_protocol::Key::generate()
         .map_err(|e| HostError::internal("backend.random", e.to_string()))?;
     let config = GuestConfig {
         version: BOOT_VERSION,
         key: key.to_hex(),
         hostname: spec.hostname.clone(),
-        user: GuestUser {
-            name: airlock_linux::rootfs::sandbox_user_name(&spec.user.name),
-            uid: spec.user.uid,
-            gid: spec.user.gid,
-            home: spec.user.home.to_string_lossy().into_owned(),
+        // A root invoker's files appear to the monitor, and so to the guest, as the monitor's
+        // id: the guest user has that id, so it owns them inside (never guest root).
+        user: {
+            let (uid, gid) = identity.unwrap_or((spec.user.uid, spec.user.gid));
+            GuestUser {
+                name: airlock_linux::rootfs::sandbox_user_name(&spec.user.name),
+                uid,
+                gid,
+                home: spec.user.home.to_string_lossy().into_owned(),
+            }
         },
         env: spec.env.clone(),
         // Guest root could remount the protected paths (docs/vm.md): never both.
@@ -328,16 +355,19 @@ pub fn boot(
     Ok(Booted {
         machine,
         key: *key.as_bytes(),
+        _range: range,
     })
 }
 
-/// The host's `/usr` (read-only), every workspace and mount at its sandbox path, and the
-/// egress directory (read-only) where a `linux` sandbox has it.
+/// The host's `/usr` (read-only, as the host has it), every workspace and mount at its
+/// sandbox path, and the egress directory (read-only) where a `linux` sandbox has it (these
+/// id-mapped when the monitor runs as an id of its own).
 fn shares(spec: &SandboxSpec) -> (Vec<HostShare>, Vec<Share>) {
     let mut host = vec![HostShare {
         tag: "usr".into(),
         host: "/usr".into(),
         writable: false,
+        id_mapped: false,
     }];
     let mut guest = Vec::new();
     let mut add = |host_path: &Path, guest_path: &Path, writable: bool| {
@@ -346,6 +376,7 @@ fn shares(spec: &SandboxSpec) -> (Vec<HostShare>, Vec<Share>) {
             tag: tag.clone(),
             host: host_path.to_path_buf(),
             writable,
+            id_mapped: true,
         });
         guest.push(Share {
             tag,

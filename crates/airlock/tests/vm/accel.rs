@@ -41,6 +41,7 @@ fn vm_auto_accel_takes_kvm_only_after_a_probe_boot_and_says_why_not() {
             tag: "usr".into(),
             host: "/usr".into(),
             writable: false,
+            id_mapped: false,
         }],
         egress_socket: None,
         monitor: Default::default(),

@@ -1,6 +1,7 @@
 //! The `vm` backend behind the public commands (`backend = "vm"`, `--backend vm`), under TCG.
-//! The invoker is unprivileged (QEMU must never be host root, so root is refused): as root
-//! these tests run airlock as the test user; in the unprivileged pass they run it directly.
+//! Most tests take an unprivileged invoker: as root they run airlock as the test user; in the
+//! unprivileged pass they run it directly. One takes a root invoker, whose QEMU runs as an id
+//! of the sandbox's own range (never host root) with id-mapped shares.
 //! Each boot takes tens of seconds under emulation on a loaded host: keep them few.
 
 use std::os::unix::fs::MetadataExt;
@@ -223,6 +224,228 @@ fn vm_backend_flag_runs_one_command_in_a_vm_and_leaves_no_monitor() {
         String::from_utf8_lossy(&monitors.stdout)
     );
     assert!(!Path::new(&p.env.runtime_dir.join("airlock/vm-runs"))
+        .read_dir()
+        .is_ok_and(|mut d| d.next().is_some()));
+}
+
+/// Every QEMU on the host whose real, effective, saved or filesystem uid is `uid` (other
+/// sandboxes may take the range, and so the id, once it is free again).
+fn monitors_of(uid: u32) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !name.bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        let Ok(status) = std::fs::read_to_string(entry.path().join("status")) else {
+            continue;
+        };
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        if status_ids(&status, "Uid:").contains(&uid)
+            && String::from_utf8_lossy(&cmdline).contains("qemu-system")
+        {
+            found.push(name);
+        }
+    }
+    found
+}
+
+/// The four ids of a `/proc/PID/status` line (`Uid:` or `Gid:`).
+fn status_ids(status: &str, key: &str) -> Vec<u32> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(key))
+        .map(|ids| {
+            ids.split_whitespace()
+                .filter_map(|i| i.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A root invoker's project selecting the vm backend under TCG with root's fetched kernel,
+/// or `None` (a skip; a failure under CI).
+fn root_project() -> Option<(TestEnv, PathBuf)> {
+    if !airlock_testkit::needs_root("the root invoker's monitor")
+        || !airlock_testkit::needs_tool(QEMU)
+    {
+        return None;
+    }
+    let kernel = super::needs_kernel()?;
+    let env = TestEnv::new();
+    let dir = env.git_project("proj");
+    env.write_user_config(&format!(
+        "backend = \"vm\"\n[vm]\naccel = \"tcg\"\nkernel = \"{}\"\n",
+        kernel.root.display()
+    ));
+    Some((env, dir))
+}
+
+/// A root invoker: `up`, `exec`, `status` and `down` work with the vm backend, QEMU (every
+/// thread) runs as one id Q of a range no host file belongs to, without groups, in a mount
+/// namespace of its own; the guest's user is Q, the workspace is root's inside; what the
+/// guest writes in the workspace is root's on the host; egress goes through the proxy;
+/// `down` leaves no QEMU, no sandbox state and no mount behind.
+#[test]
+fn vm_backend_for_a_root_invoker_runs_qemu_as_an_unprivileged_id_and_the_workspace_stays_roots() {
+    let Some((env, dir)) = root_project() else {
+        return;
+    };
+    std::fs::write(dir.join("roots-file"), "root's\n").unwrap();
+    std::fs::set_permissions(
+        dir.join("roots-file"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
+    let run = |args: &[&str]| env.run_in(&dir, args);
+    run(&["up", "--no-attach", "--timeout", "10m"]).assert_code(0);
+    let status = run(&["status", "--json"]).json();
+    assert_eq!(status["health"], "ready", "{status}");
+    assert_eq!(status["backend"], "vm", "{status}");
+    let qemu = status["guest"]["pid"].as_u64().expect("guest pid");
+    let keeper = status["keeper"]["pid"].as_u64().expect("keeper pid");
+    let cmdline = std::fs::read(format!("/proc/{qemu}/cmdline")).unwrap();
+    assert!(
+        String::from_utf8_lossy(&cmdline).starts_with("qemu-system")
+            || String::from_utf8_lossy(&cmdline).contains("/qemu-system"),
+        "guest pid {qemu} is not QEMU"
+    );
+    let own = std::fs::read_to_string(format!("/proc/{qemu}/status")).unwrap();
+    let uids = status_ids(&own, "Uid:");
+    let q = uids[0];
+    assert!(
+        q >= airlock_linux::idmap::ROOT_INVOKER_BASE,
+        "QEMU runs as {q}, not an id of a root invoker's range: {own}"
+    );
+    assert_eq!(uids, vec![q; 4], "{own}");
+    assert_eq!(status_ids(&own, "Gid:"), vec![q; 4], "{own}");
+    let groups = own.lines().find(|l| l.starts_with("Groups:")).unwrap();
+    assert_eq!(groups.trim(), "Groups:", "{own}");
+    // Every thread of QEMU, not only the main one.
+    for task in std::fs::read_dir(format!("/proc/{qemu}/task"))
+        .unwrap()
+        .flatten()
+    {
+        let Ok(status) = std::fs::read_to_string(task.path().join("status")) else {
+            continue;
+        };
+        assert_eq!(
+            status_ids(&status, "Uid:"),
+            vec![q; 4],
+            "thread {:?}",
+            task.path()
+        );
+    }
+    // QEMU's mounts are its own: nothing of it is mounted in the host's namespace.
+    assert_ne!(
+        std::fs::read_link(format!("/proc/{qemu}/ns/mnt")).unwrap(),
+        std::fs::read_link("/proc/self/ns/mnt").unwrap()
+    );
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(!crate::common::mentions(&mounts, env.root()), "{mounts}");
+
+    // The guest's user is Q and owns the invoker's files inside.
+    let ids = run(&[
+        "exec",
+        "--",
+        "sh",
+        "-c",
+        "id -u; stat -c %u roots-file; cat roots-file",
+    ]);
+    ids.assert_code(0);
+    assert_eq!(ids.stdout, format!("{q}\n{q}\nroot's\n"), "{}", ids.stderr);
+    // What it writes in the workspace is root's on the host.
+    run(&[
+        "exec",
+        "--",
+        "sh",
+        "-c",
+        "echo from-the-vm > made-in-vm && mkdir dir-in-vm",
+    ])
+    .assert_code(0);
+    for made in ["made-in-vm", "dir-in-vm"] {
+        let meta = std::fs::metadata(dir.join(made)).unwrap();
+        assert_eq!(
+            (meta.uid(), meta.gid()),
+            (0, 0),
+            "{made} is not root's on the host"
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(dir.join("made-in-vm")).unwrap(),
+        "from-the-vm\n"
+    );
+    // Egress through the host's proxy (the egress directory is shared id-mapped too).
+    let denied = run(&[
+        "exec",
+        "--",
+        "curl",
+        "-sS",
+        "-m",
+        "60",
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code}",
+        "http://not-allowed.invalid/",
+    ]);
+    assert_eq!(denied.stdout.trim(), "403", "{}", denied.stderr);
+
+    run(&["down"]).assert_code(0);
+    assert!(
+        wait_until(Duration::from_secs(10), || !alive(qemu) && !alive(keeper)),
+        "QEMU ({qemu}) or the keeper ({keeper}) outlived down"
+    );
+    assert_eq!(run(&["status", "--json"]).json()["health"], "absent");
+    assert_eq!(
+        monitors_of(q),
+        Vec::<String>::new(),
+        "a QEMU of {q} outlived down"
+    );
+    for left in [
+        env.runtime_dir.join("airlock/sandboxes"),
+        env.state_home().join("airlock/sandboxes"),
+    ] {
+        let entries: Vec<_> = std::fs::read_dir(&left)
+            .map(|d| d.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default();
+        assert!(entries.is_empty(), "down left {entries:?}");
+    }
+}
+
+/// A root invoker's `run`: one command in a VM of its own, as an id of a root invoker's range;
+/// what it writes is root's on the host; no QEMU and no run directory is left after it.
+#[test]
+fn vm_backend_run_for_a_root_invoker_writes_as_root_and_leaves_no_monitor() {
+    let Some((env, dir)) = root_project() else {
+        return;
+    };
+    let one = env.run_in(&dir, &["run", "--", "sh", "-c", "id -u > made-by-run"]);
+    one.assert_code(0);
+    let made = dir.join("made-by-run");
+    let meta = std::fs::metadata(&made).unwrap();
+    assert_eq!(
+        (meta.uid(), meta.gid()),
+        (0, 0),
+        "made-by-run is not root's"
+    );
+    let inside: u32 = std::fs::read_to_string(&made)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        inside >= airlock_linux::idmap::ROOT_INVOKER_BASE,
+        "run's guest user is {inside}"
+    );
+    assert_eq!(
+        monitors_of(inside),
+        Vec::<String>::new(),
+        "a QEMU of {inside} outlived run"
+    );
+    assert!(!env
+        .runtime_dir
+        .join("airlock/vm-runs")
         .read_dir()
         .is_ok_and(|mut d| d.next().is_some()));
 }

@@ -7,6 +7,7 @@ mod accel;
 mod backend;
 mod boot;
 mod egress;
+mod monitor;
 mod selection;
 
 use std::path::PathBuf;
@@ -109,6 +110,7 @@ pub fn boot_sized(
         tag: "usr".into(),
         host: "/usr".into(),
         writable: false,
+        id_mapped: false,
     }];
     let mut guest_shares = Vec::new();
     for (i, (path, writable)) in shares.iter().enumerate() {
@@ -116,6 +118,7 @@ pub fn boot_sized(
             tag: format!("ws{i}"),
             host: path.clone(),
             writable: *writable,
+            id_mapped: true,
         });
         guest_shares.push(Share {
             tag: format!("ws{i}"),

@@ -10,32 +10,6 @@ fn is_root() -> bool {
 }
 
 #[test]
-fn vm_backend_is_refused_for_a_root_invoker_before_anything_is_created() {
-    if !airlock_testkit::needs_root("the refusal is for a root invoker") {
-        return;
-    }
-    let env = TestEnv::new();
-    let dir = env.git_project("proj");
-    for args in [
-        &["--backend", "vm", "up", "--no-attach"][..],
-        &["--backend", "vm", "run", "--", "true"][..],
-    ] {
-        let run = env.run_in(&dir, args);
-        run.assert_code(69);
-        assert!(run.stderr.contains("backend.vm_root"), "{}", run.stderr);
-        assert!(run.stderr.contains("host root"), "{}", run.stderr);
-    }
-    // Refused before the lifecycle state, the runtime directory or a cache was made.
-    for made in [
-        env.state_home().join("airlock/lifecycle"),
-        env.runtime_dir.join("airlock/sandboxes"),
-        env.cache_home().join("airlock/vm-initramfs"),
-    ] {
-        assert!(!made.exists(), "{} was created", made.display());
-    }
-}
-
-#[test]
 fn vm_settings_are_checked_with_the_config_and_name_their_keys() {
     let env = TestEnv::new();
     let dir = env.git_project("proj");

@@ -449,3 +449,43 @@ fn vm_backend_run_for_a_root_invoker_writes_as_root_and_leaves_no_monitor() {
         .read_dir()
         .is_ok_and(|mut d| d.next().is_some()));
 }
+
+/// A root invoker's mount on a filesystem that cannot be id-mapped (sysfs here, bound outside
+/// `/sys`; NFS and FUSE elsewhere) is refused with the path and the reason, as a `linux`
+/// sandbox refuses it, instead of being shown to QEMU as host root's files; no QEMU ran (the
+/// helper stops before its exec), so nothing boots here.
+#[test]
+fn vm_backend_for_a_root_invoker_refuses_a_mount_that_cannot_be_id_mapped() {
+    let Some((env, dir)) = root_project() else {
+        return;
+    };
+    let target = env.dir("sysfs-mm");
+    nix::mount::mount(
+        Some("/sys/kernel/mm"),
+        &target,
+        None::<&str>,
+        nix::mount::MsFlags::MS_BIND,
+        None::<&str>,
+    )
+    .expect("bind /sys/kernel/mm for the test");
+    struct Unbind(PathBuf);
+    impl Drop for Unbind {
+        fn drop(&mut self) {
+            let _ = nix::mount::umount2(&self.0, nix::mount::MntFlags::MNT_DETACH);
+        }
+    }
+    let _bound = Unbind(target.clone());
+    let config = std::fs::read_to_string(env.user_config()).unwrap();
+    env.write_user_config(&format!(
+        "{config}\n[[mount]]\nname = \"mm\"\npath = \"{}\"\nread_only = true\n",
+        target.display()
+    ));
+    let run = env.run_in(&dir, &["run", "--", "echo", "started"]);
+    run.assert_code(69);
+    assert!(!run.stdout.contains("started"), "{run:?}");
+    assert!(
+        crate::common::mentions(&run.stderr, &target) && run.stderr.contains("id-mapped"),
+        "{}",
+        run.stderr
+    );
+}

@@ -153,7 +153,7 @@ fn guest_options(h: &Handoff, user: Confinement, mut root: Confinement) -> Guest
             gid: h.sandbox_gid,
             home: h.spec.user.home.to_string_lossy().into_owned(),
         },
-        root_allowed: h.root_mapped,
+        root_allowed: h.root_allowed,
         confinement: user,
         root_confinement: root,
         relays: h

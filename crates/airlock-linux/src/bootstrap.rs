@@ -95,6 +95,10 @@ pub struct Bootstrap {
     pub sandbox_gid: u32,
     /// Whether id 0 is mapped inside (a root identity exists).
     pub root_mapped: bool,
+    /// Whether PID 1 may start `--root` processes: a root identity exists and, for a root
+    /// invoker, the sandbox was started for them (`StartOptions::root_view`), so that what
+    /// others may not read in the image is masked (`rootfs/unreadable.rs`).
+    pub root_processes: bool,
 }
 
 impl Bootstrap {

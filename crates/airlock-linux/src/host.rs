@@ -318,6 +318,7 @@ impl Sandbox {
             sandbox_uid: sandbox.ids.sandbox_uid,
             sandbox_gid: sandbox.ids.sandbox_gid,
             root_mapped: sandbox.ids.root_unavailable.is_none(),
+            root_processes: sandbox.ids.root_processes(opts.root_view),
         };
         sandbox.timings.prepare = t0.elapsed();
         sandbox.handshake(&boot, boot_w, sync_host, opts.root_view)?;

@@ -133,6 +133,14 @@ impl IdPlan {
     pub fn gid_map_text(&self) -> String {
         render(&self.gid_map)
     }
+
+    /// Whether the sandbox's PID 1 may start `--root` processes, for a sandbox started with
+    /// `root_view` (`StartOptions::root_view`): root must be mapped, and a root invoker's
+    /// sandbox must have been started for them, since only then is what others may not read
+    /// in the image masked (`rootfs/unreadable.rs`); without, its in-sandbox root could read it.
+    pub fn root_processes(&self, root_view: bool) -> bool {
+        self.root_unavailable.is_none() && (self.mount_maps.is_none() || root_view)
+    }
 }
 
 impl MountMaps {
@@ -570,6 +578,24 @@ mod tests {
             assert_eq!(inside_of_disk(map, base + 1000), Some(base + 1000));
             assert_disjoint(map);
         }
+    }
+
+    /// A root invoker's sandbox started without the root view (a plain `run`) is not masked:
+    /// its PID 1 may start no `--root` process. An unprivileged invoker's in-sandbox root owns
+    /// no host file, so root is served wherever it is mapped.
+    #[test]
+    fn root_processes_run_only_where_the_image_is_masked_for_them() {
+        let root = plan(&host(0, None, false), None);
+        assert!(root.root_processes(true));
+        assert!(!root.root_processes(false));
+        let sub = Some(SubRange {
+            start: 100_000,
+            count: MAP_SIZE,
+        });
+        let unprivileged = plan(&host(1000, sub, true), None);
+        assert!(unprivileged.root_processes(false) && unprivileged.root_processes(true));
+        let single = plan(&host(1000, None, false), None);
+        assert!(!single.root_processes(true));
     }
 
     /// For a mount map (inside = on-disk id, outside = host id seen through the mount).

@@ -89,8 +89,8 @@ pub struct Handoff {
     pub spec: SandboxSpec,
     pub sandbox_uid: u32,
     pub sandbox_gid: u32,
-    /// Whether a root identity exists inside (`exec --root` can be served).
-    pub root_mapped: bool,
+    /// Whether `--root` processes can be served (`Bootstrap::root_processes`).
+    pub root_allowed: bool,
     /// The root view's mount namespace, which `--root` processes join (a root invoker's
     /// sandbox that may run them; `rootfs/root_view.rs`).
     pub root_view: Option<OwnedFd>,
@@ -214,7 +214,7 @@ fn prepare<T>(
                 key,
                 sandbox_uid: boot.sandbox_uid,
                 sandbox_gid: boot.sandbox_gid,
-                root_mapped: boot.root_mapped,
+                root_allowed: boot.root_processes,
                 root_view,
                 spec: boot.spec,
             };

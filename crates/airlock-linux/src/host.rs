@@ -40,7 +40,7 @@ use crate::bootstrap::{
 };
 use crate::idmap::{self, HostIds, IdMapError, IdPlan};
 use crate::idmounts::{self, IdMountError};
-use crate::spec::SandboxSpec;
+use crate::spec::{Image, SandboxSpec};
 
 #[derive(Debug, Error)]
 pub enum StartError {
@@ -92,16 +92,33 @@ type BackgroundThread = std::thread::JoinHandle<Result<Background, IdMountError>
 
 impl Background {
     /// Starts the thread: the image's mounts first (through a namespace with the sandbox's own
-    /// maps, `plan`'s), then the scan (its walk of `/usr` and `/lib*` cached in `cache`).
-    fn spawn(spec: &SandboxSpec, plan: &IdPlan, cache: Option<PathBuf>) -> BackgroundThread {
+    /// maps, `plan`'s), then, when `--root` processes may run (`root_view`), the scan (its walk
+    /// of `/usr` and `/lib*` cached in `cache`). Without them nothing in the sandbox holds
+    /// in-sandbox root but airlock's own init stage and PID 1: nothing is masked, and the
+    /// `host` image's maps leave out the sandbox user's ids, so that no file of it is the
+    /// sandbox user's (`rootfs/unreadable.rs`).
+    fn spawn(
+        spec: &SandboxSpec,
+        plan: &IdPlan,
+        cache: Option<PathBuf>,
+        root_view: bool,
+    ) -> BackgroundThread {
         let image = spec.image.clone();
-        let (uid_map, gid_map) = (plan.uid_map_text(), plan.gid_map_text());
+        let (uid_map, gid_map) = if root_view || !matches!(image, Image::Host) {
+            (plan.uid_map_text(), plan.gid_map_text())
+        } else {
+            plan.image_map_texts_without_sandbox_user()
+        };
         std::thread::spawn(move || {
             let t = Instant::now();
             let image = idmounts::prepare_image(&image, &uid_map, &gid_map)?;
             let image_took = t.elapsed();
             let t = Instant::now();
-            let unreadable = idmounts::scan_unreadable(cache.as_deref())?;
+            let unreadable = if root_view {
+                idmounts::scan_unreadable(cache.as_deref())?
+            } else {
+                Vec::new()
+            };
             Ok(Background {
                 image,
                 unreadable,
@@ -123,9 +140,15 @@ pub struct StartOptions {
     /// Directory holding one 0700 subdirectory per live sandbox (under the runtime root).
     pub sandboxes_dir: PathBuf,
     /// Whether `--root` processes may run in this sandbox (`run --root`, and every sandbox
-    /// `exec` can reach): a root invoker's sandbox then gets the root view, in which what
-    /// `--root` writes to a workspace belongs to the invoker (`rootfs/root_view.rs`). Costs one
-    /// more user namespace and a clone of each mapping at start, so plain runs go without.
+    /// `exec` can reach: persistent sandboxes, whose `exec --root` and provisioning run as
+    /// in-sandbox root). A root invoker's sandbox then gets the root view, in which what
+    /// `--root` writes to a workspace belongs to the invoker (`rootfs/root_view.rs`), and the
+    /// masks over what others may not read in the image, which its in-sandbox root could read
+    /// otherwise (`rootfs/unreadable.rs`): one more user namespace, a clone of each mapping and
+    /// the walk of `/etc` and `/opt` at start. Without it (a plain `run`) nothing in the sandbox
+    /// holds in-sandbox root but airlock's init stage and PID 1, which refuses `--root`
+    /// processes, so the image is neither scanned nor masked and is shown without the sandbox
+    /// user's ids: every sandbox process gets the kernel's "others" permission on it.
     pub root_view: bool,
     /// Whether the per-epoch key is also written to `<dir>/key` (0600) for other airlock
     /// processes (`exec` into a persistent sandbox). An ephemeral run holds it in memory only.
@@ -220,7 +243,7 @@ impl Sandbox {
         let background = ids
             .mount_maps
             .is_some()
-            .then(|| Background::spawn(spec, &ids, cache));
+            .then(|| Background::spawn(spec, &ids, cache, opts.root_view));
         let started =
             Self::spawn_and_handshake(spec, opts, join, dir.clone(), (ids, background), t0).map(
                 |mut sandbox| {

@@ -141,6 +141,37 @@ impl IdPlan {
     pub fn root_processes(&self, root_view: bool) -> bool {
         self.root_unavailable.is_none() && (self.mount_maps.is_none() || root_view)
     }
+
+    /// The maps a root invoker's host image is id-mapped through when no process of the
+    /// sandbox may hold in-sandbox root (a plain `run`: the image is not masked,
+    /// `rootfs/unreadable.rs`): the sandbox's own without the sandbox user's ids, so a host
+    /// file of host user (or group) 1000 is `nobody`'s inside instead of the sandbox user's,
+    /// and the sandbox user gets exactly the "others" permission on every file of the image.
+    /// `(uid map, gid map)`, as the texts above.
+    pub fn image_map_texts_without_sandbox_user(&self) -> (String, String) {
+        (
+            render(&without_inside(&self.uid_map, self.sandbox_uid)),
+            render(&without_inside(&self.gid_map, self.sandbox_gid)),
+        )
+    }
+}
+
+/// `map` without the inside id `id` (the line holding it split around it).
+fn without_inside(map: &[MapLine], id: u32) -> Vec<MapLine> {
+    map.iter()
+        .flat_map(|l| {
+            let Some(before) = id.checked_sub(l.inside).filter(|&b| b < l.count) else {
+                return vec![*l];
+            };
+            [
+                line(l.inside, l.outside, before),
+                line(id + 1, l.outside + before + 1, l.count - before - 1),
+            ]
+            .into_iter()
+            .filter(|l| l.count > 0)
+            .collect()
+        })
+        .collect()
 }
 
 impl MountMaps {
@@ -596,6 +627,27 @@ mod tests {
         assert!(unprivileged.root_processes(false) && unprivileged.root_processes(true));
         let single = plan(&host(1000, None, false), None);
         assert!(!single.root_processes(true));
+    }
+
+    /// A plain run's host image: no on-disk id shows as the sandbox user's (1000) or its
+    /// group's, every other id of the sandbox's map as the sandbox's namespace shows it.
+    #[test]
+    fn a_plain_runs_image_map_leaves_out_only_the_sandbox_users_ids() {
+        let base = ROOT_INVOKER_BASE + MAP_SIZE;
+        let range = SubRange {
+            start: base,
+            count: MAP_SIZE,
+        };
+        let p = plan(&host(0, None, false), Some(range));
+        let (uid, gid) = p.image_map_texts_without_sandbox_user();
+        let expected = format!("0 {base} 1000\n1001 {} 64535\n", base + 1001);
+        assert_eq!(uid, expected);
+        assert_eq!(gid, expected);
+        // At either end of a line, and outside every line: nothing to split.
+        let map = [line(0, 500, 10)];
+        assert_eq!(without_inside(&map, 0), [line(1, 501, 9)]);
+        assert_eq!(without_inside(&map, 9), [line(0, 500, 9)]);
+        assert_eq!(without_inside(&map, 10), map);
     }
 
     /// For a mount map (inside = on-disk id, outside = host id seen through the mount).

@@ -10,7 +10,9 @@
 //!   `lower:var-lib-dpkg` …) and `image` (a directory image):
 //!   through a user namespace with exactly the sandbox's own maps ([`prepare_image`]), so a
 //!   file host root owns is owned by in-sandbox root (which can change it in the overlay) and
-//!   every other host id appears as itself inside or as `nobody`; read-only;
+//!   every other host id appears as itself inside or as `nobody`; read-only. A plain `run`'s
+//!   `host` image leaves out the sandbox user's ids (nothing there is masked, so no image file
+//!   may be the sandbox user's: `rootfs/unreadable.rs`);
 //! - `map:<i>` (workspaces and mounts, in mount order), `egress` and `bundle`: through a user
 //!   namespace made for the purpose ([`crate::idmap::MountMaps`]): the invoker's files are the
 //!   sandbox user's, and what the sandbox user writes belongs to the invoker on the host;
@@ -24,8 +26,9 @@
 //!
 //! Cost on the start path (issue 9's budget, B3): every clone is made while the init stage is
 //! spawned and unshares, the image's on a thread of its own together with the scan for what
-//! others may not read ([`prepare_image`], [`scan_unreadable`]), the rest on the main thread
-//! ([`prepare_owned`]); once the maps are written, [`prepare`] only pairs them.
+//! others may not read where `--root` may run ([`prepare_image`], [`scan_unreadable`]), the
+//! rest on the main thread ([`prepare_owned`]); once the maps are written, [`prepare`] only
+//! pairs them.
 //!
 //! Every mount is `nosuid,nodev`. A filesystem that cannot be id-mapped (NFS, FUSE, …) fails
 //! the start with its path: showing it without a mapping would make it unusable, and showing it

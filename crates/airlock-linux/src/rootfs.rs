@@ -197,7 +197,8 @@ pub fn build(boot: &Bootstrap, mounts: &mut Received) -> Result<Option<OwnedFd>,
     }
 
     // 3b. What others may not read in the image (host image directories), where in-sandbox root could
-    //     (a root invoker's sandbox: its root owns the id-mapped system files).
+    //     (a root invoker's sandbox where `--root` may run: its root owns the id-mapped system
+    //     files). The host sends an empty list otherwise (`rootfs/unreadable.rs`).
     if mounts.active() {
         timed(Cost::Masks, || {
             unreadable::mask(&root, &scratch, &mounts.unreadable)

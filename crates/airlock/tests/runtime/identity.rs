@@ -124,6 +124,64 @@ both! {
     }
 }
 
+/// A root invoker's sandbox user: uid and gid 1000 inside (`idmap::ROOT_INVOKER_SANDBOX_ID`).
+const ROOT_INVOKER_SANDBOX_ID: u32 = 1000;
+
+/// I2 / 9.5a: a root invoker's sandbox user is uid and gid 1000 inside, and the image's
+/// id-mapped mounts show host ids as themselves: a host file of host user 1000 (or of its
+/// group) that others may not read, and a directory of that user others may not enter, stay
+/// closed to the sandbox user of a plain `run` (whose image is not masked: no process of it
+/// holds in-sandbox root) and to `--root` (masked). What others may read stays readable.
+#[test]
+fn a_root_invokers_sandbox_user_reads_no_host_file_of_its_own_id_that_others_may_not_read() {
+    if !airlock_testkit::needs_root("placing files of host uid 1000 under /etc and /opt") {
+        return;
+    }
+    let rt = Rt::invoker();
+    let id = ROOT_INVOKER_SANDBOX_ID;
+    let tag = format!("airlock-idmap-user-test-{}", std::process::id());
+    let etc_dir = Path::new("/etc").join(&tag);
+    let opt_dir = Path::new("/opt").join(&tag);
+    let secrets = HostSecrets {
+        paths: vec![etc_dir.clone(), opt_dir.clone()],
+        files: vec![
+            etc_dir.join("own.conf"),
+            etc_dir.join("group.conf"),
+            opt_dir.join("private/inside"),
+        ],
+    };
+    let public = etc_dir.join("public.conf");
+    std::fs::create_dir_all(opt_dir.join("private")).unwrap();
+    std::fs::create_dir_all(&etc_dir).unwrap();
+    let files = [
+        (&secrets.files[0], 0o600, (id, id)),
+        (&secrets.files[1], 0o640, (0, id)),
+        (&secrets.files[2], 0o644, (id, id)),
+        (&public, 0o644, (id, id)),
+    ];
+    for (file, mode, (uid, gid)) in files {
+        std::fs::write(file, SECRET).unwrap();
+        std::fs::set_permissions(file, PermissionsExt::from_mode(mode)).unwrap();
+        std::os::unix::fs::chown(file, Some(uid), Some(gid)).unwrap();
+    }
+    for dir in [&etc_dir, &opt_dir] {
+        std::fs::set_permissions(dir, PermissionsExt::from_mode(0o755)).unwrap();
+    }
+    let private = opt_dir.join("private");
+    std::fs::set_permissions(&private, PermissionsExt::from_mode(0o700)).unwrap();
+    std::os::unix::fs::chown(&private, Some(id), Some(id)).unwrap();
+    let script = format!("{}; cat '{}'", secrets.reader(), public.display());
+    for opts in [&[][..], &["--root"][..]] {
+        let run = rt.sh(opts, &script);
+        let out = ok(&run);
+        assert_eq!(
+            out,
+            format!("done\n{SECRET}"),
+            "{opts:?} read a file of host user {id} that others may not read: {run:?}"
+        );
+    }
+}
+
 /// Host uids (real, effective, saved, filesystem) of every process in the pid namespace of the
 /// process running `sleep <marker>`.
 fn uids_in_pid_namespace_of(marker: &str) -> Option<Vec<(u32, Vec<u32>)>> {

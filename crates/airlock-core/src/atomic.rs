@@ -155,6 +155,43 @@ pub fn write_atomic_with(
     written
 }
 
+/// Flushes what [`write_atomic_with`] left unflushed: the file now at `path` (its data) and its
+/// directory (the name pointing at it), steps 5 and 7 of the module docs after the fact. A
+/// file written with [`Durability::Atomic`] and flushed this way is what a
+/// [`Durability::Durable`] write leaves once it returns, except that a machine crash *before*
+/// the flush ends may show the earlier content (or, on XFS, an empty file) as for any atomic
+/// write. So a caller can overlap this flush with other work, provided it waits for it before
+/// whatever must only happen once the content is durable.
+pub fn flush(path: &Path) -> Result<(), AtomicWriteError> {
+    let sync_file = |e: io::Error| AtomicWriteError::SyncFile {
+        path: path.to_path_buf(),
+        temp: path.to_path_buf(),
+        source: e,
+    };
+    let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let file = rustix::fs::open(path, flags, Mode::empty()).map_err(|e| sync_file(e.into()))?;
+    rustix::fs::fsync(&file).map_err(|e| sync_file(e.into()))?;
+    let dir = parent_dir(path);
+    let sync_dir = |e: io::Error| AtomicWriteError::SyncDir {
+        path: path.to_path_buf(),
+        dir: dir.clone(),
+        source: e,
+    };
+    let dir_fd = rustix::fs::open(
+        &dir,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| sync_dir(e.into()))?;
+    rustix::fs::fsync(&dir_fd).map_err(|e| sync_dir(e.into()))?;
+    #[cfg(test)]
+    journal::WRITES.with(|w| {
+        w.borrow_mut()
+            .push((path.to_path_buf(), Durability::Durable))
+    });
+    Ok(())
+}
+
 /// Every successful write of this thread, with its durability (the unit tests' view of which
 /// writes pay for a flush).
 #[cfg(test)]
@@ -170,6 +207,11 @@ pub(crate) mod journal {
     /// Takes (and clears) this thread's journal.
     pub(crate) fn take() -> Vec<(PathBuf, super::Durability)> {
         WRITES.with(|w| std::mem::take(&mut *w.borrow_mut()))
+    }
+
+    /// Appends what another thread took from its journal (a flush it ran for this one).
+    pub(crate) fn extend(writes: Vec<(PathBuf, super::Durability)>) {
+        WRITES.with(|w| w.borrow_mut().extend(writes));
     }
 }
 

@@ -21,7 +21,10 @@
 //!   keeper's and the guest's identities, `ready` — are
 //!   [`Durability::Atomic`](crate::atomic::Durability) (not flushed): they describe processes
 //!   the crash ended, and the `starting` revision leads the next command to the same cleanup.
-//!   Removing a record stays durable.
+//!   Removing a record stays durable. `up` writes its `running` mark without waiting and
+//!   flushes it before its first effect: at once when a record exists (the cleanup may act,
+//!   a retained sandbox is provisioned), else on a thread while the `starting` record is
+//!   written and flushed, so the two flushes wait for one journal commit instead of two.
 
 mod ops;
 mod plan_diff;
@@ -239,6 +242,8 @@ pub struct OperationLog<'a> {
     best_effort: bool,
     /// Set once a best-effort save was skipped for lack of space.
     unrecorded: bool,
+    /// The `running` mark is written but not yet flushed (`begin_unflushed`).
+    unflushed: bool,
 }
 
 impl<'a> OperationLog<'a> {
@@ -249,7 +254,20 @@ impl<'a> OperationLog<'a> {
         name: &SandboxName,
         kind: OperationKind,
     ) -> Result<(OperationLog<'a>, Option<OperationRecord>), LifecycleError> {
-        Self::open(stores, name, kind, false)
+        Self::open(stores, name, kind, false, Durability::Durable)
+    }
+
+    /// [`OperationLog::begin`] whose `running` mark is written (atomically) but not yet
+    /// flushed to disk: the caller flushes it ([`OperationLog::flush`], or
+    /// [`OperationLog::unflushed`] on another thread) before the operation's first effect, so
+    /// the flush can overlap work that has none (`up` overlaps it with the sandbox record's
+    /// own flushed write).
+    pub(crate) fn begin_unflushed(
+        stores: &'a Stores,
+        name: &SandboxName,
+        kind: OperationKind,
+    ) -> Result<(OperationLog<'a>, Option<OperationRecord>), LifecycleError> {
+        Self::open(stores, name, kind, false, Durability::Atomic)
     }
 
     /// [`OperationLog::begin`] for an operation that must work on a full state disk
@@ -259,7 +277,7 @@ impl<'a> OperationLog<'a> {
         name: &SandboxName,
         kind: OperationKind,
     ) -> Result<(OperationLog<'a>, Option<OperationRecord>), LifecycleError> {
-        Self::open(stores, name, kind, true)
+        Self::open(stores, name, kind, true, Durability::Durable)
     }
 
     fn open(
@@ -267,6 +285,7 @@ impl<'a> OperationLog<'a> {
         name: &SandboxName,
         kind: OperationKind,
         best_effort: bool,
+        durability: Durability,
     ) -> Result<(OperationLog<'a>, Option<OperationRecord>), LifecycleError> {
         let store = &stores.operations;
         let previous = store.read::<OperationRecord>(name.as_str())?;
@@ -308,11 +327,38 @@ impl<'a> OperationLog<'a> {
             phase_started: Instant::now(),
             best_effort,
             unrecorded: false,
+            unflushed: false,
         };
-        // Durable: after a machine crash the next lock holder must still find this operation
-        // `running` to report it interrupted (L8).
-        log.save(Durability::Durable)?;
+        // Durable (`begin_unflushed`: once flushed): after a machine crash the next lock holder
+        // must still find this operation `running` to report it interrupted (L8).
+        log.save(durability)?;
+        log.unflushed = durability == Durability::Atomic && !log.unrecorded;
         Ok((log, interrupted))
+    }
+
+    /// Flushes the `running` mark to disk if it is not yet (see [`begin_unflushed`]).
+    ///
+    /// [`begin_unflushed`]: OperationLog::begin_unflushed
+    pub(crate) fn flush(&mut self) -> Result<(), StateError> {
+        if let Some(path) = self.unflushed()? {
+            crate::atomic::flush(&path)?;
+            self.flushed();
+        }
+        Ok(())
+    }
+
+    /// The record's file while its `running` mark is not flushed yet: a flush of that path
+    /// ([`crate::atomic::flush`]) followed by [`OperationLog::flushed`] is [`OperationLog::flush`].
+    pub(crate) fn unflushed(&self) -> Result<Option<PathBuf>, StateError> {
+        if !self.unflushed {
+            return Ok(None);
+        }
+        self.store.path_of(&self.name).map(Some)
+    }
+
+    /// Notes that the `running` mark was flushed (by a flush of [`OperationLog::unflushed`]).
+    pub(crate) fn flushed(&mut self) {
+        self.unflushed = false;
     }
 
     /// Writes the record. Only its first write (`running`) must survive a machine crash;

@@ -279,7 +279,10 @@ pub fn up<B: Backend>(
 ) -> Result<UpOutcome, LifecycleError> {
     obs.phase("lock");
     let _guard = stores.lock(&req.name, req.lock_wait)?;
-    let (mut log, interrupted) = OperationLog::begin(stores, &req.name, OperationKind::Up)?;
+    // The `running` mark is flushed before `up`'s first effect: with the cleanup when there is
+    // anything to clean, else together with the sandbox's `starting` record (`write_starting`).
+    let (mut log, interrupted) =
+        OperationLog::begin_unflushed(stores, &req.name, OperationKind::Up)?;
     let result = up_locked(stores, backend, &req, &mut log, obs, cancelled).and_then(
         |(record, reused, cleaned)| {
             let started = Instant::now();
@@ -371,6 +374,11 @@ fn up_locked<B: Backend>(
         Ok::<(), LifecycleError>(())
     };
     step(log, obs, "cleanup")?;
+    // Without any record there is nothing to clean and nothing to reuse: the next effect is
+    // the `starting` record, whose write the flush of the `running` mark overlaps.
+    if !stores.names()?.is_empty() {
+        log.flush()?;
+    }
     let mut cleaned = cleanup_others(stores, backend, Some(&req.name), STOP_GRACE)?;
     if let Some((health, freed)) = cleanup_locked(stores, backend, &req.name, STOP_GRACE)? {
         cleaned.cleaned.push((req.name.clone(), health, freed));
@@ -398,9 +406,7 @@ fn up_locked<B: Backend>(
     }
     step(log, obs, "prepare")?;
     let mut record = new_record(backend, req)?;
-    // Durable (R1): written before anything exists on the host, it is what names every
-    // directory of this sandbox after any crash, the machine's included.
-    let mut revision = stores.sandboxes.write(req.name.as_str(), None, &record)?;
+    let mut revision = write_starting(stores, log, &req.name, &record)?;
     let created = create(
         stores,
         backend,
@@ -431,6 +437,45 @@ fn up_locked<B: Backend>(
             }
         }
     }
+}
+
+/// Writes the `starting` record of a sandbox about to be created. Durable (R1): written before
+/// anything exists on the host, it is what names every directory of this sandbox after any
+/// crash, the machine's included. An unflushed `running` mark of `log` is flushed on another
+/// thread meanwhile (two flushes waited for at once: on a busy disk each waits for a journal
+/// commit), and both are on disk when this returns.
+fn write_starting(
+    stores: &Stores,
+    log: &mut OperationLog<'_>,
+    name: &SandboxName,
+    record: &SandboxRecord,
+) -> Result<u64, LifecycleError> {
+    let Some(path) = log.unflushed()? else {
+        return Ok(stores.sandboxes.write(name.as_str(), None, record)?);
+    };
+    let (written, flushed) = std::thread::scope(|scope| {
+        let flusher = scope.spawn(move || {
+            let flushed = crate::atomic::flush(&path);
+            // The unit tests' journal of flushes is per thread: it goes back with the result.
+            #[cfg(test)]
+            let flushed = (flushed, crate::atomic::journal::take());
+            flushed
+        });
+        let written = stores.sandboxes.write(name.as_str(), None, record);
+        let flushed = flusher
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        (written, flushed)
+    });
+    #[cfg(test)]
+    let flushed = {
+        let (flushed, journal) = flushed;
+        crate::atomic::journal::extend(journal);
+        flushed
+    };
+    flushed.map_err(StateError::from)?;
+    log.flushed();
+    Ok(written?)
 }
 
 /// The record of a sandbox about to be created: `starting`, a fresh epoch, no owner yet.

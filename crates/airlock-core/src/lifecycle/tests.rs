@@ -288,13 +288,60 @@ fn up_flushes_only_the_running_mark_and_the_starting_record_to_disk() {
         .filter(|(_, d)| *d == Durability::Durable)
         .map(|(p, _)| p)
         .collect();
-    // What a machine crash must keep: the operation marked running (L8), then the record
-    // naming the sandbox before anything of it exists.
-    assert_eq!(durable, [&op, &rec], "{writes:?}");
+    // What a machine crash must keep: the operation marked running (L8) and the record naming
+    // the sandbox before anything of it exists; both flushes are waited for at once.
+    assert_eq!(durable, [&rec, &op], "{writes:?}");
+    // Both are on disk before the sandbox is started (its `start` phase is the next write).
+    let flushed_at = writes
+        .iter()
+        .position(|(p, d)| p == &op && *d == Durability::Durable)
+        .unwrap();
+    let next = &writes[flushed_at + 1..];
+    assert!(
+        next.first().is_some_and(|(p, _)| p == &op)
+            && next.iter().all(|(_, d)| *d == Durability::Atomic),
+        "{writes:?}"
+    );
     // Every other revision is still written (a killed `up` is read back exactly), atomically.
-    let rewrites = |path: &PathBuf| writes.iter().filter(|(p, _)| p == path).count();
-    assert_eq!(rewrites(&rec), 3, "starting, keeper, ready: {writes:?}");
+    let rewrites = |path: &PathBuf| {
+        writes
+            .iter()
+            .filter(|(p, d)| p == path && *d == Durability::Atomic)
+            .count()
+    };
+    assert_eq!(rewrites(&rec), 2, "keeper, ready: {writes:?}");
     assert!(rewrites(&op) >= 6, "every phase is recorded: {writes:?}");
+}
+
+#[test]
+fn an_up_reusing_its_sandbox_flushes_its_running_mark_before_the_cleanup() {
+    use crate::atomic::{journal, Durability};
+    let w = world();
+    let fake = Fake::new();
+    up_with(&w, &fake, plan()).unwrap();
+    journal::take();
+    let again = up_with(&w, &fake, plan()).unwrap();
+    assert!(again.reused);
+    let writes = journal::take();
+    let op = w.stores.operations.path_of(w.name.as_str()).unwrap();
+    // A record exists, so the cleanup may act (and provisioning follows): the `running` mark
+    // is on disk first, and it is this `up`'s only flushed write.
+    let durable: Vec<usize> = writes
+        .iter()
+        .enumerate()
+        .filter(|(_, (_, d))| *d == Durability::Durable)
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(durable.len(), 1, "{writes:?}");
+    assert_eq!(writes[durable[0]].0, op, "{writes:?}");
+    let phases_before = writes[..durable[0]]
+        .iter()
+        .filter(|(p, _)| p == &op)
+        .count();
+    assert_eq!(
+        phases_before, 2,
+        "running, then cleanup, then the flush: {writes:?}"
+    );
 }
 
 #[test]

@@ -286,7 +286,7 @@ pub fn up<B: Backend>(
     let result = up_locked(stores, backend, &req, &mut log, obs, cancelled).and_then(
         |(record, reused, cleaned)| {
             let started = Instant::now();
-            provision_ready(&req.name, &record, &mut log, obs, provision)?;
+            provision_ready(&req.name, &record, !reused, &mut log, obs, provision)?;
             Ok((record, reused, cleaned, started.elapsed()))
         },
     );
@@ -329,6 +329,7 @@ type UpResult = (SandboxRecord, bool, CleanOutcome);
 fn provision_ready(
     name: &SandboxName,
     record: &SandboxRecord,
+    fresh: bool,
     log: &mut OperationLog<'_>,
     obs: &mut dyn Observer,
     provision: &mut dyn Provision,
@@ -339,7 +340,7 @@ fn provision_ready(
         obs.phase(&phase);
         Ok(())
     };
-    match provision.provision(record, &mut phase) {
+    match provision.provision(record, fresh, &mut phase) {
         Ok(()) => Ok(()),
         Err(ProvisionError::State(e)) => Err(e.into()),
         Err(ProvisionError::Cancelled { phase }) => Err(LifecycleError::Cancelled {

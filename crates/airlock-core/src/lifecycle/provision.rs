@@ -17,9 +17,11 @@ use crate::state::StateError;
 /// core only orders it after readiness and records its phases.
 pub trait Provision {
     /// Runs every step in order. Before each step, call `phase(name)`, which records it.
+    /// `fresh`: this `up` created the sandbox (nothing ran in it yet); else it was retained.
     fn provision(
         &mut self,
         record: &SandboxRecord,
+        fresh: bool,
         phase: &mut dyn FnMut(&str) -> Result<(), StateError>,
     ) -> Result<(), ProvisionError>;
 }
@@ -31,6 +33,7 @@ impl Provision for NoProvision {
     fn provision(
         &mut self,
         _record: &SandboxRecord,
+        _fresh: bool,
         _phase: &mut dyn FnMut(&str) -> Result<(), StateError>,
     ) -> Result<(), ProvisionError> {
         Ok(())

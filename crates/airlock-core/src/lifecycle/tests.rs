@@ -638,14 +638,18 @@ struct Steps {
     phases: &'static [&'static str],
     end: Option<fn(String) -> ProvisionError>,
     ran: Vec<String>,
+    /// What each call was told about the sandbox: created by this `up` or retained.
+    fresh: Vec<bool>,
 }
 
 impl Provision for Steps {
     fn provision(
         &mut self,
         _: &SandboxRecord,
+        fresh: bool,
         phase: &mut dyn FnMut(&str) -> Result<(), crate::state::StateError>,
     ) -> Result<(), ProvisionError> {
+        self.fresh.push(fresh);
         for p in self.phases {
             phase(p)?;
             self.ran.push((*p).to_owned());
@@ -676,6 +680,7 @@ fn provisioning_runs_in_order_on_fresh_and_on_retained_up() {
         phases: &["base", "packages", "user-script", "project-script"],
         end: None,
         ran: vec![],
+        fresh: vec![],
     };
     let first = up_provisioning(&w, &fake, &mut steps).unwrap();
     assert!(!first.reused);
@@ -683,6 +688,8 @@ fn provisioning_runs_in_order_on_fresh_and_on_retained_up() {
     assert!(second.reused, "a retained up provisions again");
     assert_eq!(steps.ran.len(), 8);
     assert_eq!(steps.ran[..4], steps.ran[4..]);
+    // The base step of a created sandbox may skip what only a retained one needs.
+    assert_eq!(steps.fresh, [true, false]);
     let timed: Vec<&String> = second
         .operation
         .timings
@@ -704,6 +711,7 @@ fn failed_reprovision_leaves_the_sandbox_ready_and_records_the_failed_operation(
             detail: "exit status 3".into(),
         }),
         ran: vec![],
+        fresh: vec![],
     };
     let err = up_provisioning(&w, &fake, &mut steps).unwrap_err();
     assert!(matches!(err, LifecycleError::Provision { .. }), "{err}");
@@ -735,6 +743,7 @@ fn cancelled_provisioning_keeps_the_ready_sandbox_and_says_so() {
         phases: &["base", "user-script"],
         end: Some(|phase| ProvisionError::Cancelled { phase }),
         ran: vec![],
+        fresh: vec![],
     };
     let err = up_provisioning(&w, &fake, &mut steps).unwrap_err();
     assert!(matches!(err, LifecycleError::Cancelled { .. }), "{err}");

@@ -11,7 +11,9 @@
 //! 2. `airlock_core::lifecycle::up` calls [`Provisioner`] once the sandbox is ready, under the
 //!    sandbox lock, recording each step's phase first. The base step starts no process: it
 //!    has the keeper's proxy reload the current network policy and secrets, so a retained
-//!    sandbox enforces the configuration as it is now, before any package is fetched. Each step runs *inside* the sandbox
+//!    sandbox enforces the configuration as it is now, before any package is fetched (a `linux`
+//!    sandbox this `up` created skips it: its keeper starts the proxy only at the first
+//!    connection from inside, which loads the configuration in force then). Each step runs *inside* the sandbox
 //!    through the exec channel — never on the host — as the sandbox user, or as the sandbox's
 //!    root for `packages` and for a script that asks for it with a `# airlock: run-as root`
 //!    line in its leading comments. Its output streams live to stderr, each line prefixed with

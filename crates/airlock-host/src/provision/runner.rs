@@ -32,6 +32,7 @@ impl Provision for Provisioner<'_> {
     fn provision(
         &mut self,
         record: &SandboxRecord,
+        fresh: bool,
         phase: &mut dyn FnMut(&str) -> Result<(), StateError>,
     ) -> Result<(), ProvisionError> {
         for step in self.plan.steps.clone() {
@@ -41,7 +42,7 @@ impl Provision for Provisioner<'_> {
             }
             phase(name)?;
             let started = Instant::now();
-            let result = self.run_step(record, &step);
+            let result = self.run_step(record, fresh, &step);
             self.timings.push((name, started.elapsed()));
             result?;
         }
@@ -50,7 +51,12 @@ impl Provision for Provisioner<'_> {
 }
 
 impl Provisioner<'_> {
-    fn run_step(&self, record: &SandboxRecord, step: &Step) -> Result<(), ProvisionError> {
+    fn run_step(
+        &self,
+        record: &SandboxRecord,
+        fresh: bool,
+        step: &Step,
+    ) -> Result<(), ProvisionError> {
         let name = phase_name(step.phase);
         let fail = |detail: String| ProvisionError::Failed {
             phase: name.into(),
@@ -60,6 +66,13 @@ impl Provisioner<'_> {
             ),
         };
         let (argv, user, cwd) = match &step.action {
+            // A sandbox this `up` created has loaded no policy yet: its keeper starts the
+            // proxy at the first connection from inside, which needs a process in the
+            // sandbox, which needs the ready record (`exec`) or a later step of this `up`;
+            // that proxy loads the configuration in force then, and any change after that
+            // finds the ready record and reaches it (`policy`, `secret`). A reload would
+            // answer `ok` and do nothing. The `vm` keeper starts its proxy with the sandbox.
+            Action::Base if fresh && self.backend.vm.is_none() => return Ok(()),
             Action::Base => {
                 let sandbox = [(record.name.clone(), record.paths.runtime_dir.clone())];
                 for r in reload_running(&sandbox) {

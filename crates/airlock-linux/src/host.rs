@@ -19,7 +19,8 @@
 //!
 //! [`Sandbox::destroy`] closes the control socket (the guest kills its process groups and
 //! exits), waits for PID 1's pidfd, kills it after the grace period, reaps the init stage and
-//! removes the runtime directory.
+//! removes the runtime directory. [`Sandbox::kill`] (`run`, once its command has exited) ends
+//! PID 1 and the init stage with SIGKILL together instead, and waits for both.
 //!
 //! Lifetime: the init stage has `PR_SET_PDEATHSIG(SIGKILL)` bound to the *thread* that spawned
 //! it, so call `start` from a thread that lives as long as the sandbox (the main thread).
@@ -471,6 +472,33 @@ impl Sandbox {
     /// gone, and removes the runtime directory. Idempotent with respect to an already dead guest.
     pub fn destroy(mut self, grace: Duration) -> Result<(), StartError> {
         self.stop(grace);
+        let dir = std::mem::take(&mut self.dir);
+        fs::remove_dir_all(&dir).map_err(|source| StartError::Io {
+            what: "removing the sandbox runtime directory",
+            source,
+        })
+    }
+
+    /// Ends the sandbox at once, for a caller that has nothing more to ask of the guest (`run`
+    /// once CMD has exited): SIGKILL to PID 1 and to the init stage together, then waits for
+    /// both and removes the runtime directory. The same end as [`Sandbox::destroy`] (PID 1, on
+    /// the control socket's close, SIGKILLs what it started and exits; as init of the PID
+    /// namespace its death ends every process in it, and its pidfd turns readable only once
+    /// they are all gone), without its serial steps: PID 1 woken to run its own shutdown, then
+    /// the init stage signalled only after PID 1's exit was seen.
+    pub fn kill(mut self) -> Result<(), StartError> {
+        self.control = None;
+        if let Some(pid1) = &self.pid1 {
+            let _ = rustix::process::pidfd_send_signal(pid1, rustix::process::Signal::KILL);
+        }
+        // Our unreaped child: its pid cannot have been reused. Its death alone would also end
+        // PID 1 (PDEATHSIG); both are signalled so that neither waits for the other.
+        let _ = self.init.kill();
+        if let Some(pid1) = &self.pid1 {
+            crate::pidfd::wait_exit(pid1, KILL_WAIT);
+        }
+        let _ = self.init.wait();
+        self.pid1 = None;
         let dir = std::mem::take(&mut self.dir);
         fs::remove_dir_all(&dir).map_err(|source| StartError::Io {
             what: "removing the sandbox runtime directory",

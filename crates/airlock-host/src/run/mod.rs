@@ -9,7 +9,8 @@
 //!    the sandbox; the init stage joins the cgroup between its fork and
 //!    its exec, before PID 1 exists, so every sandbox process is inside it.
 //! 2. The verb execs CMD through the control channel of [`EphemeralRun::sandbox`].
-//! 3. [`EphemeralRun::finish`]: destroy the sandbox and its cgroup, stop the proxy.
+//! 3. [`EphemeralRun::finish`]: kill the sandbox (`Sandbox::kill`), remove its cgroup,
+//!    stop the proxy.
 //!
 //! If airlock itself dies, the sandbox dies with it (PDEATHSIG chain, control socket EOF) and
 //! the janitor removes the cgroup.
@@ -143,7 +144,7 @@ impl EphemeralRun {
         self.cgroup.out_of_memory()
     }
 
-    /// Destroys the sandbox and its cgroup and stops the proxy. CMD is done: the proxy's exit
+    /// Kills the sandbox, removes its cgroup and stops the proxy. CMD is done: the proxy's exit
     /// (a multi-threaded process tearing down) overlaps the sandbox's destruction; it is reaped
     /// and its directory removed last, then the run's state directory is retired (its audit
     /// log kept in `<state>/run-logs` when it holds anything, see `lifecycle::runs`). A sandbox
@@ -159,7 +160,9 @@ impl EphemeralRun {
             _image,
         } = self;
         egress.begin_stop();
-        let destroyed = sandbox.destroy(Duration::from_secs(2));
+        // CMD has exited and its status is read: nothing more is asked of the guest, so PID 1
+        // and the init stage are SIGKILLed together rather than PID 1 woken to shut down.
+        let destroyed = sandbox.kill();
         phases.done("destroy");
         cgroup.destroy();
         phases.done("cgroup-remove");

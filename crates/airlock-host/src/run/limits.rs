@@ -95,12 +95,19 @@ impl RunCgroup {
     /// Kills what is left in the cgroup and removes it (bounded).
     pub fn destroy(&mut self) {
         if let Some((cg, janitor)) = self.cgroup.take() {
-            if let Err(e) = cg.destroy(Duration::from_secs(5)) {
-                (self.warn)(&e.to_string());
-            }
-            // The cgroup is gone: the janitor has nothing left to do.
-            if let Some(janitor) = janitor {
-                janitor.release(Duration::from_millis(500));
+            let removed = cg.destroy(Duration::from_secs(5));
+            match (janitor, removed) {
+                // The cgroup is gone: the janitor has nothing left to do.
+                (Some(janitor), Ok(())) => {
+                    janitor.dismiss(Duration::from_millis(500));
+                }
+                // It is not: the janitor tries once more on its own.
+                (Some(janitor), Err(e)) => {
+                    (self.warn)(&e.to_string());
+                    janitor.release(Duration::from_millis(500));
+                }
+                (None, Err(e)) => (self.warn)(&e.to_string()),
+                (None, Ok(())) => {}
             }
         }
     }

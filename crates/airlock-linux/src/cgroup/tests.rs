@@ -571,6 +571,28 @@ fn releasing_the_janitor_cleans_up_a_cgroup_airlock_did_not_destroy() {
 }
 
 #[test]
+fn a_dismissed_janitor_is_reaped_after_airlock_destroyed_the_cgroup() {
+    let Some(mut guard) = real_cgroup("dismiss", &LIMITS) else {
+        return;
+    };
+    let cg = guard.0.take().unwrap();
+    let paths = cg.paths().to_vec();
+    let janitor = cg.spawn_janitor(Duration::from_secs(5)).unwrap();
+    let pid = janitor.pid();
+    cg.destroy(Duration::from_secs(5)).unwrap();
+    assert!(
+        janitor.dismiss(Duration::from_secs(5)),
+        "the dismissed janitor must be gone and reaped"
+    );
+    // Reaped: not even a zombie is left.
+    assert!(
+        !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+        "the janitor was not reaped"
+    );
+    assert!(paths.iter().all(|p| !p.exists()), "left {paths:?}");
+}
+
+#[test]
 fn v2_destroy_kills_members_with_cgroup_kill_and_removes_the_directory() {
     // This host binds every controller to v1, but its (controller-less) cgroup2 hierarchy still
     // has cgroup.procs and cgroup.kill: enough to exercise the v2 kill and removal path.

@@ -59,6 +59,20 @@ impl Janitor {
     }
 }
 
+impl Janitor {
+    /// For a caller that removed the cgroup itself: the janitor has nothing left to do, so it
+    /// is SIGKILLed instead of being woken to find every directory gone (its opens and
+    /// `rmdir`s of the cgroup tree), then reaped like [`Janitor::release`] reaps it.
+    pub fn dismiss(self, wait: Duration) -> bool {
+        // SAFETY: kill(2) of our own child, not reaped yet (`release` below reaps it): its pid
+        // cannot have been reused.
+        unsafe {
+            libc::kill(self.pid, libc::SIGKILL);
+        }
+        self.release(wait)
+    }
+}
+
 /// Paths the janitor works on, as C strings prepared before `fork`.
 struct Target {
     dir: CString,

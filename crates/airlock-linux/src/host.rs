@@ -11,6 +11,8 @@
 //! 3. Create the control socketpair, the handshake socketpair and the bootstrap pipe, all
 //!    close-on-exec; spawn `airlock __init` with exactly those three at fixed numbers and an empty
 //!    environment (nothing of the host environment reaches the guest implicitly).
+//!    [`Sandbox::spawn`] ends here: a caller may finish the spec while the init stage execs
+//!    and loads (`run` makes its egress directory then), then calls [`Spawning::handshake`].
 //! 4. Send the bootstrap message (spec and key) through the pipe, then run the handshake:
 //!    `unshared` → write the id maps → `mapped` (for a root invoker with its
 //!    id-mapped mounts, `idmounts.rs`) → `pid1 N` → `ready`.
@@ -208,13 +210,65 @@ pub struct Sandbox {
 /// kernel's threadgroup lock. `None`: no cgroup (limits skipped).
 pub type CgroupJoin<'a> = Option<&'a crate::cgroup::JoinFds>;
 
+/// A sandbox whose init stage was spawned ([`Sandbox::spawn`]) and has not had its bootstrap
+/// message yet. Dropping it kills the init stage and removes the runtime directory.
+#[derive(Debug)]
+pub struct Spawning {
+    sandbox: Sandbox,
+    boot_w: OwnedFd,
+    sync_host: UnixStream,
+    scratch: PathBuf,
+    root_view: bool,
+}
+
+impl Spawning {
+    /// Steps 4 and on: sends `spec` (the one given to [`Sandbox::spawn`], completed) in the
+    /// bootstrap message and runs the handshake until `ready`.
+    pub fn handshake(self, spec: &SandboxSpec) -> Result<Sandbox, StartError> {
+        let Spawning {
+            mut sandbox,
+            boot_w,
+            sync_host,
+            scratch,
+            root_view,
+        } = self;
+        let key = Key::from_bytes(sandbox.key);
+        let boot = Bootstrap {
+            spec: spec.clone(),
+            key_hex: key.to_hex(),
+            host_pid: std::process::id(),
+            scratch_dir: scratch,
+            sandbox_uid: sandbox.ids.sandbox_uid,
+            sandbox_gid: sandbox.ids.sandbox_gid,
+            root_mapped: sandbox.ids.root_unavailable.is_none(),
+            root_processes: sandbox.ids.root_processes(root_view),
+        };
+        sandbox.handshake(&boot, boot_w, sync_host, root_view)?;
+        Ok(sandbox)
+    }
+}
+
 impl Sandbox {
-    /// Starts a sandbox (see the module docs for the sequence).
+    /// Starts a sandbox (see the module docs for the sequence): [`Sandbox::spawn`], then
+    /// [`Spawning::handshake`] at once.
     pub fn start(
         spec: &SandboxSpec,
         opts: &StartOptions,
         join: CgroupJoin<'_>,
     ) -> Result<Sandbox, StartError> {
+        Self::spawn(spec, opts, join)?.handshake(spec)
+    }
+
+    /// Steps 1–3 of the start: the id maps, the runtime directory and the init stage, spawned.
+    /// The init stage then execs and loads while the caller finishes what the bootstrap
+    /// message carries (`run`: its egress directory) before [`Spawning::handshake`]. Of the
+    /// spec, only the user, `--root`, the id and the image count here; the handshake takes the
+    /// rest. Dropping the result kills the init stage and removes the directory.
+    pub fn spawn(
+        spec: &SandboxSpec,
+        opts: &StartOptions,
+        join: CgroupJoin<'_>,
+    ) -> Result<Spawning, StartError> {
         let t0 = Instant::now();
         let host = HostIds::probe(spec.user.uid, spec.user.gid, &spec.user.name);
         // A root invoker's sandbox gets an id range of its own, held until it is gone (13).
@@ -245,27 +299,26 @@ impl Sandbox {
             .mount_maps
             .is_some()
             .then(|| Background::spawn(spec, &ids, cache, opts.root_view));
-        let started =
-            Self::spawn_and_handshake(spec, opts, join, dir.clone(), (ids, background), t0).map(
-                |mut sandbox| {
-                    sandbox.range = claim;
-                    sandbox
-                },
-            );
-        if started.is_err() {
+        let spawned = Self::spawn_init(spec, opts, join, dir.clone(), (ids, background), t0).map(
+            |mut spawning| {
+                spawning.sandbox.range = claim;
+                spawning
+            },
+        );
+        if spawned.is_err() {
             let _ = fs::remove_dir_all(&dir);
         }
-        started
+        spawned
     }
 
-    fn spawn_and_handshake(
+    fn spawn_init(
         spec: &SandboxSpec,
         opts: &StartOptions,
         join: CgroupJoin<'_>,
         dir: PathBuf,
         (ids, background): (IdPlan, Option<BackgroundThread>),
         t0: Instant,
-    ) -> Result<Sandbox, StartError> {
+    ) -> Result<Spawning, StartError> {
         let key = new_key()?;
         if opts.key_file {
             write_private(&dir.join("key"), key.as_bytes())?;
@@ -334,19 +387,14 @@ impl Sandbox {
             background,
             timings: StartTimings::default(),
         };
-        let boot = Bootstrap {
-            spec: spec.clone(),
-            key_hex: key.to_hex(),
-            host_pid: std::process::id(),
-            scratch_dir: scratch,
-            sandbox_uid: sandbox.ids.sandbox_uid,
-            sandbox_gid: sandbox.ids.sandbox_gid,
-            root_mapped: sandbox.ids.root_unavailable.is_none(),
-            root_processes: sandbox.ids.root_processes(opts.root_view),
-        };
         sandbox.timings.prepare = t0.elapsed();
-        sandbox.handshake(&boot, boot_w, sync_host, opts.root_view)?;
-        Ok(sandbox)
+        Ok(Spawning {
+            sandbox,
+            boot_w,
+            sync_host,
+            scratch,
+            root_view: opts.root_view,
+        })
     }
 
     fn handshake(

@@ -5,9 +5,10 @@
 //! 1. [`EphemeralRun::start`]: the limits (the sandbox's cgroup with its janitor, so a
 //!    SIGKILLed airlock leaves none; where the user may not create cgroups, default limits are
 //!    skipped with a warning naming `airlock doctor`, an explicit limit refuses the run), the
-//!    egress sockets (the proxy child starts on the first connection, `egress::lazy`), then
-//!    the sandbox; the init stage joins the cgroup between its fork and
-//!    its exec, before PID 1 exists, so every sandbox process is inside it.
+//!    init stage spawned (`Sandbox::spawn`), the egress sockets while it execs (the proxy
+//!    child starts on the first connection, `egress::lazy`), then the sandbox's handshake; the
+//!    init stage joins the cgroup between its fork and its exec, before PID 1 exists, so every
+//!    sandbox process is inside it.
 //! 2. The verb execs CMD through the control channel of [`EphemeralRun::sandbox`].
 //! 3. [`EphemeralRun::finish`]: kill the sandbox (`Sandbox::kill`), remove its cgroup,
 //!    stop the proxy.
@@ -75,7 +76,7 @@ impl EphemeralRun {
                 return Err(start_error(StartError::Limits(e)));
             }
         };
-        let started = join
+        let egress_join = join
             .as_ref()
             .map(airlock_linux::cgroup::JoinFds::try_clone)
             .transpose()
@@ -85,19 +86,37 @@ impl EphemeralRun {
                     "backend.cgroup",
                     format!("cannot open the sandbox's cgroup for the egress proxy: {e}"),
                 )
-            })
-            .and_then(|join| start_egress(roots, project_root, spec, join, warn));
-        let egress = match started {
-            Ok(egress) => egress,
+            });
+        let egress_join = match egress_join {
+            Ok(j) => j,
             Err(e) => {
                 cgroup.destroy();
                 return Err(e);
             }
         };
-        phases.done("egress");
-        let started = Sandbox::start(spec, &opts, join.as_ref());
+        // The init stage first: it execs and loads while the egress directory is made, which
+        // only its bootstrap message (sent by the handshake) needs.
+        let spawned = Sandbox::spawn(spec, &opts, join.as_ref());
         drop(join);
-        let sandbox = match started {
+        let spawning = match spawned {
+            Ok(s) => s,
+            Err(e) => {
+                cgroup.destroy();
+                return Err(start_error(e));
+            }
+        };
+        phases.restart();
+        let egress = match start_egress(roots, project_root, spec, egress_join, warn) {
+            Ok(egress) => egress,
+            Err(e) => {
+                // Kills the init stage (it has not had its bootstrap message) first.
+                drop(spawning);
+                cgroup.destroy();
+                return Err(e);
+            }
+        };
+        phases.done("egress");
+        let sandbox = match spawning.handshake(spec) {
             Ok(s) => s,
             Err(e) => {
                 cgroup.destroy();

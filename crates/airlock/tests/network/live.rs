@@ -27,7 +27,7 @@ fn status_of(p: &Project, url: &str) -> String {
 }
 
 /// Host pids of the `airlock __proxy` children serving this world's sandboxes.
-fn proxy_pids(p: &Project) -> Vec<u32> {
+pub fn proxy_pids(p: &Project) -> Vec<u32> {
     let runtime = p.runtime_root();
     let mut pids = Vec::new();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
@@ -58,7 +58,7 @@ fn signal(pid: u32, sig: &str) {
     assert!(st.success());
 }
 
-fn epoch(p: &Project) -> serde_json::Value {
+pub fn epoch(p: &Project) -> serde_json::Value {
     p.status()["epoch"].clone()
 }
 
@@ -84,7 +84,7 @@ fn policy_allow_and_deny_apply_to_a_running_sandbox_without_restart() {
 }
 
 /// The sandbox's audit log.
-fn audit_log(p: &Project) -> String {
+pub fn audit_log(p: &Project) -> String {
     let name = p.status()["name"].as_str().unwrap().to_owned();
     std::fs::read_to_string(
         p.state_root()
@@ -213,7 +213,7 @@ fn a_configured_host_port_is_reachable_inside_and_no_other_host_port_is() {
 
 /// `secret set NAME --host HOST --header-name x-token --json` with [`SECRET_VALUE`] on stdin;
 /// returns the document.
-fn secret_set(p: &Project, name: &str, host: &str) -> serde_json::Value {
+pub fn secret_set(p: &Project, name: &str, host: &str) -> serde_json::Value {
     use std::io::Write;
     let args = [
         "secret",

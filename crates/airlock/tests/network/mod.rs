@@ -9,7 +9,7 @@
 mod builds;
 mod debian_image;
 mod handoff;
-mod live;
+pub mod live;
 mod packages;
 mod proxy;
 mod tools;

@@ -7,6 +7,7 @@ mod accel;
 mod backend;
 mod boot;
 mod egress;
+mod live;
 mod monitor;
 mod selection;
 

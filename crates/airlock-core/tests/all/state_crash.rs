@@ -76,6 +76,11 @@ fn writer_killed_mid_write_leaves_old_or_new_record_never_torn() {
                 "round {round}: the writer never started a write"
             );
             std::thread::sleep(Duration::from_micros((round * 397) % 2_000));
+        } else if round == 1 {
+            // Once after a completed write, so the test exercises a record that changed
+            // whatever the disk's speed (a loaded disk's fsync can outlast every sleep below).
+            wait_for_line(&mut out, "WROTE");
+            std::thread::sleep(Duration::from_micros(round * 7_919));
         } else {
             // Anywhere in the cycle (encode, lock, write, fsync, rename, directory fsync):
             // 0..=48 ms in a scattered order.

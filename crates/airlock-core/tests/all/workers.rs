@@ -91,6 +91,10 @@ fn rewrite_forever(dir: &std::path::Path) {
             return;
         }
         revision = Some(store.write(BIG_NAME, revision, &records[i % 3]).unwrap());
+        if i == 0 {
+            // Once only: a test that needs a completed write waits for this line.
+            println!("WROTE");
+        }
     }
 }
 

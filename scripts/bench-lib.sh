@@ -121,14 +121,18 @@ bench_role() {
     esac
 }
 
-# bench_sandbox_procs -> "role pss_kb threads fds" for every process of the current project's
-# sandbox: the keeper's process tree (`status --json` names the keeper and the guest's PID 1).
+# bench_sandbox_procs [SETTLE] -> "role pss_kb threads fds" for every process of the current
+# project's sandbox: the keeper's process tree (`status --json` names the keeper and the guest's
+# PID 1). `status` itself wakes the keeper and PID 1, which map code again for it; SETTLE
+# seconds (default 0) between it and the readings let them give those pages back (they do after
+# 2 s without work), so an idle figure is not the figure of the measurement's own request.
 bench_sandbox_procs() {
-    local st keeper guest pid threads fds
+    local st keeper guest pid threads fds settle=${1:-0}
     st=$("$airlock" status --json | tr -d ' \n')
     keeper=$(grep -o '"keeper":{"pid":[0-9]*' <<<"$st" | grep -o '[0-9]*$') || true
     guest=$(grep -o '"guest":{"pid":[0-9]*' <<<"$st" | grep -o '[0-9]*$') || true
     [[ -n $keeper && -n $guest ]] || bench_die "no keeper or guest pid in \`status --json\`: $st"
+    sleep "$settle"
     while read -r pid; do
         [[ -r /proc/$pid/status ]] || continue
         threads=$(awk '$1 == "Threads:" { print $2 }' "/proc/$pid/status")

@@ -156,6 +156,11 @@ pub struct StartOptions {
     /// Whether the per-epoch key is also written to `<dir>/key` (0600) for other airlock
     /// processes (`exec` into a persistent sandbox). An ephemeral run holds it in memory only.
     pub key_file: bool,
+    /// Where the walk of the image's `/usr` and `/lib*` for entries others may not read is
+    /// cached between starts (`idmounts::SCAN_CACHE_FILE` in the runtime root, one for every
+    /// sandbox of the user, never inside a directory that holds one entry per sandbox); `None`
+    /// walks them at every start that scans.
+    pub scan_cache: Option<PathBuf>,
 }
 
 /// Time spent in each start phase.
@@ -290,11 +295,8 @@ impl Sandbox {
         }
         let dir = create_private_dir(&opts.sandboxes_dir, &spec.id)?;
         // Off the critical path: it overlaps creating and spawning the init stage. The walk of
-        // `/usr` and `/lib*` is cached in the runtime root, next to the sandboxes' directories.
-        let cache = opts
-            .sandboxes_dir
-            .parent()
-            .map(|runtime| runtime.join(idmounts::SCAN_CACHE_FILE));
+        // `/usr` and `/lib*` is cached where the caller says (the runtime root).
+        let cache = opts.scan_cache.clone();
         let background = ids
             .mount_maps
             .is_some()

@@ -193,6 +193,12 @@ fn start(state_dir: &Path) -> Result<Started, KeeperReport> {
         root_view: true,
         // `exec` reads it to authenticate its streams.
         key_file: true,
+        // The runtime root: `runtime_dir` is `<runtime>/sandboxes/<name>`.
+        scan_cache: req
+            .runtime_dir
+            .parent()
+            .and_then(Path::parent)
+            .map(|runtime| runtime.join(airlock_linux::idmounts::SCAN_CACHE_FILE)),
     };
     let started = cgroup
         .join_fds()

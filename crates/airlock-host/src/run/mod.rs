@@ -60,6 +60,7 @@ impl EphemeralRun {
             root_view: spec.require_root,
             // This process alone talks to the sandbox: the key stays in its memory.
             key_file: false,
+            scan_cache: Some(roots.runtime.join(airlock_linux::idmounts::SCAN_CACHE_FILE)),
         };
         // Runtime directories of runs whose airlock was killed (L9: ownership-checked cleanup).
         airlock_linux::host::sweep_stale(&opts.sandboxes_dir);

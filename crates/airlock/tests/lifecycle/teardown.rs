@@ -41,6 +41,15 @@ fn down_twice_succeeds_and_leaves_no_process_mount_cgroup_or_socket() {
     assert!(!socket.exists(), "the control socket survived down");
     assert!(!p.runtime_root().join("sandboxes").join(&name).exists());
     assert!(!p.state_root().join("sandboxes").join(&name).exists());
+    // Nothing else either: the directory holds one entry per live sandbox (a root invoker's
+    // scan cache once landed there and was counted as left behind).
+    let left: Vec<_> = std::fs::read_dir(p.runtime_root().join("sandboxes"))
+        .map(|d| d.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(
+        left.is_empty(),
+        "left in the runtime sandboxes directory: {left:?}"
+    );
     assert!(
         cgroup_dirs(&instance).is_empty(),
         "cgroup left: {:?}",

@@ -44,7 +44,7 @@ use crate::idmounts::{Received, HOST_IMAGE_ENTRIES};
 use crate::spec::{Egress, Image, Mapping, EGRESS_DIR, SYSTEM_CA_BUNDLE};
 use crate::sys::idmount;
 
-mod accounts;
+pub mod accounts;
 mod budget;
 mod costs;
 mod devproc;

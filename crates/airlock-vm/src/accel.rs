@@ -130,6 +130,8 @@ pub fn probe_boot(spec: &MachineSpec) -> Result<Duration, String> {
             .first()
             .map(|s| s.tag.clone())
             .unwrap_or_default(),
+        // The hello comes before the root is built: which share this is does not matter.
+        image_root: false,
         shares: Vec::new(),
         protect: Vec::new(),
         egress_port: None,

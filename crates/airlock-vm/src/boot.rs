@@ -57,8 +57,14 @@ pub struct GuestConfig {
     pub env: Vec<(String, String)>,
     /// Whether `--root` commands are served.
     pub root_allowed: bool,
-    /// Tag of the read-only share holding the host's `/usr`.
+    /// Tag of the read-only share holding the host's `/usr`, or with `image_root` the image's
+    /// whole root filesystem.
     pub usr_tag: String,
+    /// Whether the `usr_tag` share is an image's root filesystem (an imported or directory
+    /// image) rather than the host's `/usr`: the guest's root is then that share, read-only,
+    /// under a writable tmpfs layer (overlay) that ends with the VM.
+    #[serde(default)]
+    pub image_root: bool,
     /// Workspaces and mounts.
     pub shares: Vec<Share>,
     /// Absolute guest paths inside writable shares that must stay read-only (`.git/hooks`,

@@ -4,7 +4,8 @@
 //! `/airlock/modules` (`finit_module`, dependencies first); find the virtio-serial port named
 //! [`CHANNEL_PORT`] and open it (a port has one opener, so no later process can take it); say
 //! [`Hello`] and read the [`GuestConfig`]; build the new root (tmpfs, the host's `/usr`
-//! read-only over 9p, a generated `/etc`, the shares at their paths, a fresh `/dev`) and
+//! read-only over 9p — or an image's root read-only over 9p under a tmpfs overlay layer —,
+//! a generated `/etc`, the shares at their paths, a fresh `/dev`) and
 //! switch to it; then run the same guest as the `linux` backend (`airlock_guest::pid1`) with
 //! streams arriving through the [`Mux`]. When the host closes the port, PID 1 ends its
 //! processes and the VM powers off (QEMU runs with `-no-reboot`, so a restart ends it).
@@ -173,37 +174,31 @@ fn uptime_ms() -> u64 {
 }
 
 const NEW_ROOT: &str = "/mnt/root";
+/// An image's root filesystem (the 9p share, read-only) and the tmpfs holding the writable
+/// layer over it, both in the initramfs: unreachable once the new root is entered.
+const IMAGE_LOWER: &str = "/mnt/lower";
+const IMAGE_RW: &str = "/mnt/rw";
 
 fn build_root(config: &GuestConfig) -> Result<(), VmGuestError> {
     let nosuid = MountFlags::NOSUID | MountFlags::NODEV;
-    rustix::mount::mount("root", NEW_ROOT, "tmpfs", nosuid, Some(c"mode=0755"))
-        .map_err(setup("mount", NEW_ROOT))?;
     let at = |p: &str| format!("{NEW_ROOT}{p}");
+    if config.image_root {
+        image_root(&config.usr_tag)?;
+    } else {
+        host_root(&config.usr_tag)?;
+    }
     for dir in [
-        "/usr", "/etc", "/dev", "/proc", "/sys", "/tmp", "/run", "/var", "/var/tmp", "/root",
+        "/etc", "/dev", "/proc", "/sys", "/tmp", "/run", "/var/tmp", "/root",
     ] {
-        mkdir(&at(dir), 0o755)?;
+        target_dir(config, dir)?;
     }
-    std::fs::set_permissions(
-        at("/tmp"),
-        std::os::unix::fs::PermissionsExt::from_mode(0o1777),
-    )
-    .map_err(setup("chmod", "/tmp"))?;
-    std::fs::set_permissions(
-        at("/var/tmp"),
-        std::os::unix::fs::PermissionsExt::from_mode(0o1777),
-    )
-    .map_err(setup("chmod", "/var/tmp"))?;
-    // Debian's merged /usr: the top-level directories are links into it.
-    for (link, target) in [
-        ("/bin", "usr/bin"),
-        ("/sbin", "usr/sbin"),
-        ("/lib", "usr/lib"),
-        ("/lib64", "usr/lib64"),
-    ] {
-        std::os::unix::fs::symlink(target, at(link)).map_err(setup("symlink", link))?;
+    for sticky in ["/tmp", "/var/tmp"] {
+        std::fs::set_permissions(
+            at(sticky),
+            std::os::unix::fs::PermissionsExt::from_mode(0o1777),
+        )
+        .map_err(setup("chmod", sticky))?;
     }
-    mount_9p(&config.usr_tag, &at("/usr"), false)?;
     write_etc(config, &at("/etc"))?;
     populate_dev(&at("/dev"))?;
     rustix::mount::mount(
@@ -222,8 +217,7 @@ fn build_root(config: &GuestConfig) -> Result<(), VmGuestError> {
         None,
     )
     .map_err(setup("mount", "/sys"))?;
-    let home = at(&config.user.home);
-    mkdir_all(&home)?;
+    let home = target_dir(config, &config.user.home)?;
     rustix::fs::chown(
         home.as_str(),
         Some(rustix::fs::Uid::from_raw(config.user.uid)),
@@ -231,12 +225,99 @@ fn build_root(config: &GuestConfig) -> Result<(), VmGuestError> {
     )
     .map_err(setup("chown", &config.user.home))?;
     for share in &config.shares {
-        let target = at(&share.path);
-        mkdir_all(&target)?;
+        let target = target_dir(config, &share.path)?;
         mount_9p(&share.tag, &target, share.writable)?;
     }
     protect(config, &at)?;
     switch_root(config)
+}
+
+/// The host image: a tmpfs root with the host's `/usr` read-only over 9p (share `usr_tag`)
+/// and Debian's merged-`/usr` links; what is written outside the shares stays in the tmpfs.
+fn host_root(usr_tag: &str) -> Result<(), VmGuestError> {
+    let nosuid = MountFlags::NOSUID | MountFlags::NODEV;
+    rustix::mount::mount("root", NEW_ROOT, "tmpfs", nosuid, Some(c"mode=0755"))
+        .map_err(setup("mount", NEW_ROOT))?;
+    let at = |p: &str| format!("{NEW_ROOT}{p}");
+    mkdir(&at("/usr"), 0o755)?;
+    for (link, target) in [
+        ("/bin", "usr/bin"),
+        ("/sbin", "usr/sbin"),
+        ("/lib", "usr/lib"),
+        ("/lib64", "usr/lib64"),
+    ] {
+        std::os::unix::fs::symlink(target, at(link)).map_err(setup("symlink", link))?;
+    }
+    mount_9p(usr_tag, &at("/usr"), false)
+}
+
+/// An imported or directory image: its root filesystem (share `tag`) read-only, under an
+/// overlay whose upper layer is a tmpfs of this VM, so what the guest writes outside the
+/// shares is gone with the VM and the image on the host is never written.
+fn image_root(tag: &str) -> Result<(), VmGuestError> {
+    let nosuid = MountFlags::NOSUID | MountFlags::NODEV;
+    mount_9p(tag, IMAGE_LOWER, false)?;
+    rustix::mount::mount("layer", IMAGE_RW, "tmpfs", nosuid, Some(c"mode=0755"))
+        .map_err(setup("mount", IMAGE_RW))?;
+    for dir in ["upper", "work"] {
+        mkdir(&format!("{IMAGE_RW}/{dir}"), 0o755)?;
+    }
+    let data = std::ffi::CString::new(format!(
+        "lowerdir={IMAGE_LOWER},upperdir={IMAGE_RW}/upper,workdir={IMAGE_RW}/work"
+    ))
+    .map_err(|e| VmGuestError::Boot(e.to_string()))?;
+    rustix::mount::mount(
+        "overlay",
+        NEW_ROOT,
+        "overlay",
+        nosuid,
+        Some(data.as_c_str()),
+    )
+    .map_err(setup("mount overlay", NEW_ROOT))
+}
+
+/// Makes the absolute guest path `path` a directory under the new root and returns where it
+/// is now. Over an image every component in the image's layer is made a real directory: an
+/// entry of the image's that is a link or not a directory is removed first (in the overlay
+/// that only hides it), so nothing is mounted or written where a link of the image's would
+/// lead. Below another mount (a share: the host's files) nothing is removed; the rest is
+/// made as over the host image, a fresh tmpfs whose only links are the merged-`/usr` ones.
+fn target_dir(config: &GuestConfig, path: &str) -> Result<String, VmGuestError> {
+    use std::os::unix::fs::MetadataExt;
+    let full = format!("{NEW_ROOT}{path}");
+    if !config.image_root {
+        mkdir_all(&full)?;
+        return Ok(full);
+    }
+    // Overlay directories report the overlay's device: another device is another mount.
+    let layer = std::fs::metadata(NEW_ROOT)
+        .map_err(setup("stat", NEW_ROOT))?
+        .dev();
+    let mut at = std::path::PathBuf::from(NEW_ROOT);
+    for part in Path::new(path).components() {
+        match part {
+            std::path::Component::RootDir => continue,
+            std::path::Component::Normal(name) => at.push(name),
+            _ => {
+                return Err(VmGuestError::Boot(format!(
+                    "{path} is not a plain absolute path"
+                )))
+            }
+        }
+        let shown = at.display().to_string();
+        match std::fs::symlink_metadata(&at) {
+            Ok(meta) if meta.is_dir() && meta.dev() == layer => continue,
+            Ok(meta) if meta.is_dir() => {
+                mkdir_all(&full)?;
+                return Ok(full);
+            }
+            Ok(_) => std::fs::remove_file(&at).map_err(setup("remove", &shown))?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(setup("stat", &shown)(e)),
+        }
+        mkdir(&shown, 0o755)?;
+    }
+    Ok(full)
 }
 
 /// Moves the new root over the initramfs's (which stays unreachable below it) and enters it.
@@ -308,15 +389,20 @@ fn mount_9p(tag: &str, target: &str, writable: bool) -> Result<(), VmGuestError>
 
 fn write_etc(config: &GuestConfig, etc: &str) -> Result<(), VmGuestError> {
     let u = &config.user;
-    let files = [
+    let (passwd, group) = if config.image_root {
+        image_accounts(config)
+    } else {
         (
-            "passwd",
             format!(
                 "root:x:0:0:root:/root:/bin/sh\n{}:x:{}:{}::{}:/bin/sh\n",
                 u.name, u.uid, u.gid, u.home
             ),
-        ),
-        ("group", format!("root:x:0:\n{}:x:{}:\n", u.name, u.gid)),
+            format!("root:x:0:\n{}:x:{}:\n", u.name, u.gid),
+        )
+    };
+    let files = [
+        ("passwd", passwd),
+        ("group", group),
         ("hostname", format!("{}\n", config.hostname)),
         (
             "hosts",
@@ -328,9 +414,89 @@ fn write_etc(config: &GuestConfig, etc: &str) -> Result<(), VmGuestError> {
     ];
     for (name, text) in files {
         let path = format!("{etc}/{name}");
-        std::fs::write(&path, text).map_err(setup("write", &path))?;
+        // An image's own entry (possibly a link) is replaced, never written through.
+        match std::fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(setup("remove", &path)(e)),
+        }
+        let mut file = File::options()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .map_err(setup("create", &path))?;
+        file.write_all(text.as_bytes())
+            .map_err(setup("write", &path))?;
     }
     Ok(())
+}
+
+/// An image's `/etc/passwd` and `/etc/group`: root, the guest user and nobody, then the
+/// image's own accounts (`_apt`, `daemon`, …) as a `linux` sandbox of the image has them
+/// (`airlock_linux::rootfs::accounts`: read from the image as shipped, without following a
+/// link, each entry checked, none colliding with a generated one, no password hash kept).
+fn image_accounts(config: &GuestConfig) -> (String, String) {
+    use airlock_linux::rootfs::accounts::{merge_group, merge_passwd, read_image_db, Account};
+    let u = &config.user;
+    let lower = Path::new(IMAGE_LOWER);
+    let users = [
+        Account {
+            name: "root",
+            id: 0,
+        },
+        Account {
+            name: &u.name,
+            id: u.uid,
+        },
+        Account {
+            name: "nobody",
+            id: 65534,
+        },
+    ];
+    let passwd = format!(
+        "root:x:0:0:root:/root:/bin/sh\n{name}:x:{uid}:{gid}:{name}:{home}:/bin/sh\n\
+         nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n{merged}",
+        name = u.name,
+        uid = u.uid,
+        gid = u.gid,
+        home = u.home,
+        merged = merge_passwd(
+            &users,
+            &read_image_db(lower, "passwd").unwrap_or_default(),
+            false
+        ),
+    );
+    let groups = [
+        Account {
+            name: "root",
+            id: 0,
+        },
+        Account {
+            name: &u.name,
+            id: u.gid,
+        },
+        Account {
+            name: "nogroup",
+            id: 65534,
+        },
+    ];
+    let names: std::collections::BTreeSet<String> = passwd
+        .lines()
+        .filter_map(|l| l.split(':').next())
+        .map(str::to_owned)
+        .collect();
+    let group = format!(
+        "root:x:0:\n{name}:x:{gid}:\nnogroup:x:65534:\n{merged}",
+        name = u.name,
+        gid = u.gid,
+        merged = merge_group(
+            &groups,
+            &read_image_db(lower, "group").unwrap_or_default(),
+            false,
+            &names
+        ),
+    );
+    (passwd, group)
 }
 
 fn populate_dev(dev: &str) -> Result<(), VmGuestError> {

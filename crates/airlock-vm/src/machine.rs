@@ -555,6 +555,7 @@ mod tests {
             env: Vec::new(),
             root_allowed: false,
             usr_tag: String::new(),
+            image_root: false,
             shares: Vec::new(),
             protect: Vec::new(),
             egress_port: None,

@@ -7,7 +7,7 @@
 //! airlock's initramfs (`airlock_vm`) instead of starting namespaces. Its "PID 1" as the
 //! records see it is the QEMU process: a killed monitor is a sandbox whose guest is gone.
 //!
-//! Order for `up`: [`validate`] (before any side effect: a host image, directories only,
+//! Order for `up`: [`validate`] (before any side effect: directories only,
 //! QEMU and the kernel found, the accelerator possible) → `prepare` builds (or reuses) the
 //! initramfs in the invoker's cache and writes [`VmStart`] beside the linux start request →
 //! the keeper boots the VM ([`boot`]).
@@ -90,14 +90,19 @@ pub fn validate(
     spec: &SandboxSpec,
     cache_root: &Path,
 ) -> Result<VmSettings, HostError> {
-    if !matches!(spec.image, Image::Host) {
-        return Err(HostError::new(
-            ErrorKind::Config,
-            "backend.vm_image",
-            "the vm backend boots the host image only (image = \"host\"); imported and \
-             directory images are not shared with a VM yet",
-        )
-        .with_hint("remove `image` from the configuration, or use backend = \"linux\""));
+    if let Image::Directory(dir) = &spec.image {
+        if !dir.is_dir() {
+            return Err(HostError::new(
+                ErrorKind::Config,
+                "backend.vm_image",
+                format!(
+                    "the image directory {} is not a directory (the vm backend shares it \
+                     with the guest over 9p)",
+                    dir.display()
+                ),
+            )
+            .with_hint("set `image` to a directory holding a root filesystem"));
+        }
     }
     for m in spec.workspaces.iter().chain(&spec.mounts) {
         if !m.host.is_dir() {
@@ -334,7 +339,8 @@ pub fn boot(
         env: spec.env.clone(),
         // Guest root could remount the protected paths (docs/vm.md): never both.
         root_allowed: spec.protect.is_empty(),
-        usr_tag: "usr".into(),
+        usr_tag: ROOT_TAG.into(),
+        image_root: !matches!(spec.image, Image::Host),
         shares: guest_shares,
         protect: protected_paths(spec),
         egress_port: spec
@@ -359,15 +365,29 @@ pub fn boot(
     })
 }
 
-/// The host's `/usr` (read-only, as the host has it), every workspace and mount at its
-/// sandbox path, and the egress directory (read-only) where a `linux` sandbox has it (these
-/// id-mapped when the monitor runs as an id of its own).
+/// The tag of the share the guest's system files come from: the host's `/usr`, or an
+/// image's whole root filesystem.
+const ROOT_TAG: &str = "usr";
+
+/// The host's `/usr` (read-only, as the host has it) or an imported or directory image's root
+/// filesystem (read-only; the guest lays a tmpfs over it), every workspace and mount at its
+/// sandbox path, and the egress directory (read-only) where a `linux` sandbox has it (these,
+/// and the image, id-mapped when the monitor runs as an id of its own: a root invoker's image
+/// files are root's, and appear to the monitor as its own as the workspace's do).
 fn shares(spec: &SandboxSpec) -> (Vec<HostShare>, Vec<Share>) {
-    let mut host = vec![HostShare {
-        tag: "usr".into(),
-        host: "/usr".into(),
-        writable: false,
-        id_mapped: false,
+    let mut host = vec![match &spec.image {
+        Image::Host => HostShare {
+            tag: ROOT_TAG.into(),
+            host: "/usr".into(),
+            writable: false,
+            id_mapped: false,
+        },
+        image => HostShare {
+            tag: ROOT_TAG.into(),
+            host: image.root_dir().to_path_buf(),
+            writable: false,
+            id_mapped: true,
+        },
     }];
     let mut guest = Vec::new();
     let mut add = |host_path: &Path, guest_path: &Path, writable: bool| {

@@ -27,6 +27,8 @@ pub struct VmRun {
     cgroup: RunCgroup,
     /// `<runtime>/vm-runs/<id>`: QEMU's log, the console, the channel socket while booting.
     dir: PathBuf,
+    /// The imported image's hold: `image rm` refuses while this run's VM lives.
+    _image: Option<airlock_image::ImageHold>,
 }
 
 impl VmRun {
@@ -41,6 +43,7 @@ impl VmRun {
         warn: limits::Warn,
     ) -> Result<VmRun, HostError> {
         ensure_root(roots, &roots.runtime)?;
+        let image = crate::run::hold_image(roots, &spec.image)?;
         let vm = super::start_request(settings)?;
         phases.done("initramfs");
         let base = roots.runtime.join("vm-runs");
@@ -59,7 +62,10 @@ impl VmRun {
         if started.is_err() {
             let _ = std::fs::remove_dir_all(&dir);
         }
-        started
+        started.map(|run| VmRun {
+            _image: image,
+            ..run
+        })
     }
 
     fn start_in(
@@ -113,6 +119,7 @@ impl VmRun {
                     egress,
                     cgroup,
                     dir: dir.to_path_buf(),
+                    _image: None,
                 })
             }
             Err(e) => {
@@ -148,6 +155,7 @@ impl VmRun {
             egress,
             mut cgroup,
             dir,
+            _image,
         } = self;
         let killed = booted.machine.shutdown(Duration::from_secs(5));
         phases.done("vm-stop");

@@ -8,8 +8,8 @@ use std::process::Command;
 use super::harness::{ok, Rt};
 
 /// `tiny`: `tiny cat FILE` prints FILE; `tiny uid` prints the uid; `tiny owner FILE` prints
-/// FILE's owner; `tiny hold DIR` creates DIR/started, then waits (at most 60 s) for
-/// DIR/release; otherwise it prints its
+/// FILE's owner; `tiny write FILE` creates FILE holding `written`; `tiny hold DIR` creates
+/// DIR/started, then waits (at most 60 s) for DIR/release; otherwise it prints its
 /// arguments one per line and exits 3 (so the status is visibly the guest command's).
 const TINY_C: &str = r#"
 #include <stdio.h>
@@ -23,6 +23,12 @@ int main(int argc, char **argv) {
         int c;
         while ((c = fgetc(f)) != EOF) putchar(c);
         return 0;
+    }
+    if (argc == 3 && strcmp(argv[1], "write") == 0) {
+        FILE *f = fopen(argv[2], "w");
+        if (!f) { perror(argv[2]); return 1; }
+        fputs("written\n", f);
+        return fclose(f) == 0 ? 0 : 1;
     }
     if (argc == 2 && strcmp(argv[1], "uid") == 0) { printf("%d\n", (int)getuid()); return 0; }
     if (argc == 3 && strcmp(argv[1], "hold") == 0) {
@@ -48,7 +54,7 @@ int main(int argc, char **argv) {
 
 /// Compiles [`TINY_C`] statically into `dir/bin/tiny`; `None` (after saying why) when no
 /// static C toolchain exists and CI is not set.
-fn tiny_tree(rt: &Rt, dir: &Path) -> Option<PathBuf> {
+pub(crate) fn tiny_tree(rt: &Rt, dir: &Path) -> Option<PathBuf> {
     std::fs::create_dir_all(dir.join("bin")).unwrap();
     let src = dir.with_extension("c");
     std::fs::write(&src, TINY_C).unwrap();
@@ -74,7 +80,7 @@ fn tiny_tree(rt: &Rt, dir: &Path) -> Option<PathBuf> {
 
 /// `tar -C tree -cf <tree>.tar .`, every entry owned by root in the archive (as in a real
 /// image), handed to the test user.
-fn pack(rt: &Rt, tree: &Path) -> PathBuf {
+pub(crate) fn pack(rt: &Rt, tree: &Path) -> PathBuf {
     let tar = tree.with_extension("tar");
     let st = Command::new("tar")
         .args(["--numeric-owner", "--owner=0", "--group=0", "-C"])
@@ -89,7 +95,7 @@ fn pack(rt: &Rt, tree: &Path) -> PathBuf {
     tar
 }
 
-fn import(rt: &Rt, tar: &Path, name: &str) {
+pub(crate) fn import(rt: &Rt, tar: &Path, name: &str) {
     let run = rt.run_args(
         &["image", "import", tar.to_str().unwrap(), "--name", name],
         None,
@@ -97,7 +103,7 @@ fn import(rt: &Rt, tar: &Path, name: &str) {
     ok(&run);
 }
 
-fn use_image(rt: &Rt, name: &str) {
+pub(crate) fn use_image(rt: &Rt, name: &str) {
     rt.env
         .write_project_config(&rt.project, &format!("image = \"{name}\"\n"));
     rt.hand_over(&rt.project);

@@ -14,7 +14,7 @@ mod attacks;
 mod exit_codes;
 mod hardening;
 mod identity;
-mod images;
+pub(crate) mod images;
 mod isolation;
 mod lifecycle;
 mod markers;

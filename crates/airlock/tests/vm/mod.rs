@@ -7,6 +7,7 @@ mod accel;
 mod backend;
 mod boot;
 mod egress;
+mod images;
 mod live;
 mod monitor;
 mod selection;
@@ -148,6 +149,7 @@ pub fn boot_sized(
         root_allowed: protect.is_empty(),
         protect,
         usr_tag: "usr".into(),
+        image_root: false,
         shares: guest_shares,
         egress_port: egress.map(|_| 3128),
     };

@@ -124,6 +124,7 @@ fn the_monitor_helper_runs_qemu_as_the_given_id_with_id_mapped_shares_in_its_own
         env: Vec::new(),
         root_allowed: false,
         usr_tag: "usr".into(),
+        image_root: false,
         shares: Vec::new(),
         protect: Vec::new(),
         egress_port: None,

@@ -587,7 +587,9 @@ impl Drop for Sandbox {
     }
 }
 
-fn create_private_dir(parent: &Path, id: &str) -> Result<PathBuf, StartError> {
+/// Creates `<parent>/<id>` (0700; `parent` too when missing) holding its [`OWNER_FILE`]: this
+/// process's pid and start time, so [`sweep_stale`] removes it once this process is gone.
+pub fn create_private_dir(parent: &Path, id: &str) -> Result<PathBuf, StartError> {
     let create = |path: &Path, recursive: bool| {
         fs::DirBuilder::new()
             .mode(0o700)

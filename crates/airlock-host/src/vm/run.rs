@@ -3,7 +3,6 @@
 //! then the sandbox), with QEMU in place of namespaces. QEMU is this process's child, dies
 //! with it (`PR_SET_PDEATHSIG`) and runs inside the cgroup from its start.
 
-use std::os::unix::fs::DirBuilderExt;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -25,7 +24,8 @@ pub struct VmRun {
     booted: Booted,
     egress: Option<RunEgress>,
     cgroup: RunCgroup,
-    /// `<runtime>/vm-runs/<id>`: QEMU's log, the console, the channel socket while booting.
+    /// `<runtime>/vm-runs/<id>`: its owner marker, QEMU's log, the console, the channel socket
+    /// while booting.
     dir: PathBuf,
     /// The imported image's hold: `image rm` refuses while this run's VM lives.
     _image: Option<airlock_image::ImageHold>,
@@ -44,20 +44,15 @@ impl VmRun {
     ) -> Result<VmRun, HostError> {
         ensure_root(roots, &roots.runtime)?;
         let image = crate::run::hold_image(roots, &spec.image)?;
-        let vm = super::start_request(settings)?;
-        phases.done("initramfs");
         let base = roots.runtime.join("vm-runs");
         ensure_root(roots, &base)?;
-        let dir = base.join(&spec.id);
-        std::fs::DirBuilder::new()
-            .mode(0o700)
-            .create(&dir)
-            .map_err(|e| {
-                HostError::internal(
-                    "run.vm_dir",
-                    format!("cannot create {}: {e}", dir.display()),
-                )
-            })?;
+        // Directories of runs whose airlock was killed (QEMU died with it, its logs stayed):
+        // removed only when their owner marker names a process that is gone (L9).
+        airlock_linux::host::sweep_stale(&base);
+        let vm = super::start_request(settings)?;
+        phases.done("initramfs");
+        let dir = airlock_linux::host::create_private_dir(&base, &spec.id)
+            .map_err(|e| HostError::internal("run.vm_dir", e.to_string()))?;
         let started = Self::start_in(roots, project_root, spec, &vm, &dir, phases, warn);
         if started.is_err() {
             let _ = std::fs::remove_dir_all(&dir);

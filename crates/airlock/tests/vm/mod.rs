@@ -10,6 +10,7 @@ mod egress;
 mod images;
 mod live;
 mod monitor;
+mod runs;
 mod selection;
 
 use std::path::PathBuf;

@@ -270,18 +270,7 @@ fn reload_on_demand(mut conn: UnixStream, proxy: Option<&SharedProxy>) -> std::i
             // configuration by itself (the main thread starts it: PDEATHSIG binds the child to
             // the thread that spawned it). So does a dead one's successor.
             None => KeeperAnswer::Ok,
-            Some(sup) => {
-                if sup.is_alive() {
-                    match sup.reload() {
-                        Ok(()) => KeeperAnswer::Ok,
-                        Err(e) => KeeperAnswer::Error {
-                            message: e.to_string(),
-                        },
-                    }
-                } else {
-                    KeeperAnswer::Ok
-                }
-            }
+            Some(sup) => reload_supervised(sup),
         },
     };
     send_answer(&mut conn, &answer)
@@ -388,21 +377,24 @@ pub(crate) fn reload(mut conn: UnixStream, proxy: &SharedProxy) -> std::io::Resu
             },
             // A dead proxy is restarted by the main thread (PDEATHSIG binds the child to the
             // thread that spawned it) and then loads the current configuration by itself.
-            Some(sup) => {
-                if sup.is_alive() {
-                    match sup.reload() {
-                        Ok(()) => KeeperAnswer::Ok,
-                        Err(e) => KeeperAnswer::Error {
-                            message: e.to_string(),
-                        },
-                    }
-                } else {
-                    KeeperAnswer::Ok
-                }
-            }
+            Some(sup) => reload_supervised(sup),
         }
     };
     send_answer(&mut conn, &answer)
+}
+
+/// A running proxy reloads the current policy and secrets; a dead one's successor loads them
+/// when it starts, so there is nothing to do for it.
+fn reload_supervised(sup: &mut ProxySupervisor) -> KeeperAnswer {
+    if !sup.is_alive() {
+        return KeeperAnswer::Ok;
+    }
+    match sup.reload() {
+        Ok(()) => KeeperAnswer::Ok,
+        Err(e) => KeeperAnswer::Error {
+            message: e.to_string(),
+        },
+    }
 }
 
 fn egress_error(e: crate::egress::supervisor::SupervisorError) -> HostError {
@@ -437,21 +429,25 @@ struct Served<'a> {
     state_dir: &'a Path,
 }
 
-/// Serves clients until asked to stop (`None`) or PID 1 exits (`Some(note)`).
-fn serve(served: &Served<'_>, egress: &mut Option<OnDemand>) -> Option<String> {
-    let guest_pid = served.guest_pid;
+pub(crate) const SIGNALS_FAILED: &str = "the keeper could not set up its signal handling";
+
+/// Blocks the signals that stop a keeper (from here on, also in every thread it starts) and
+/// returns a descriptor that reads them; `None` when either step fails.
+pub(crate) fn stop_signals() -> Option<SignalFd> {
     let mut mask = SigSet::empty();
     for s in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
         mask.add(s);
     }
-    // Blocked from here on (also in every connection thread); the sandbox already started, so
-    // its processes did not inherit this mask.
-    if mask.thread_block().is_err() {
-        return Some("the keeper could not set up its signal handling".into());
-    }
-    let Ok(signals) = SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
-    else {
-        return Some("the keeper could not set up its signal handling".into());
+    mask.thread_block().ok()?;
+    SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK).ok()
+}
+
+/// Serves clients until asked to stop (`None`) or PID 1 exits (`Some(note)`).
+fn serve(served: &Served<'_>, egress: &mut Option<OnDemand>) -> Option<String> {
+    let guest_pid = served.guest_pid;
+    // The sandbox already started, so its processes did not inherit the mask.
+    let Some(signals) = stop_signals() else {
+        return Some(SIGNALS_FAILED.into());
     };
     let Some(pid1) = airlock_linux::pidfd::open(guest_pid as i32) else {
         return Some(format!("the sandbox's PID 1 (host pid {guest_pid}) exited"));

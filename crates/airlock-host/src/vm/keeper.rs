@@ -27,8 +27,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::{SigSet, Signal};
-use nix::sys::signalfd::{SfdFlags, SignalFd};
+use nix::sys::signal::SigSet;
 use rustix::event::{poll, PollFd, PollFlags};
 
 use super::{boot, cgroup_spec, BootPlace, Booted, VmStart, VM_START_FILE};
@@ -219,16 +218,8 @@ fn write_key(path: &Path, key: &[u8; 32]) -> std::io::Result<()> {
 /// Serves clients until asked to stop (`None`) or QEMU exits (`Some(note)`, or `None` when a
 /// signal killed it: a crash, left for `status` to call `stale`).
 fn serve(started: &mut Started) -> Option<String> {
-    let mut mask = SigSet::empty();
-    for s in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
-        mask.add(s);
-    }
-    if mask.thread_block().is_err() {
-        return Some("the keeper could not set up its signal handling".into());
-    }
-    let Ok(signals) = SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
-    else {
-        return Some("the keeper could not set up its signal handling".into());
+    let Some(signals) = crate::lifecycle::keeper::stop_signals() else {
+        return Some(crate::lifecycle::keeper::SIGNALS_FAILED.into());
     };
     let qemu = started.booted.machine.pid();
     let Some(monitor) = airlock_linux::pidfd::open(qemu as i32) else {

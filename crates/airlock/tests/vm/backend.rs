@@ -137,19 +137,7 @@ fn vm_backend_up_exec_status_down_run_the_guest_kernel_and_down_leaves_nothing()
 
     // Egress leaves only through the host's proxy: a host no rule allows is the proxy's
     // denial (the guest has no network device of its own).
-    let denied = p.run(&[
-        "exec",
-        "--",
-        "curl",
-        "-sS",
-        "-m",
-        "60",
-        "-o",
-        "/dev/null",
-        "-w",
-        "%{http_code}",
-        "http://not-allowed.invalid/",
-    ]);
+    let denied = p.run(super::EXEC_DENIED_REQUEST);
     assert_eq!(denied.stdout.trim(), "403", "{}", denied.stderr);
 
     p.run(&["down"]).assert_code(0);
@@ -158,16 +146,10 @@ fn vm_backend_up_exec_status_down_run_the_guest_kernel_and_down_leaves_nothing()
         "QEMU ({qemu}) or the keeper ({keeper}) outlived down"
     );
     assert_eq!(p.status()["health"], "absent");
-    let sandboxes = p.env.runtime_dir.join("airlock/sandboxes");
-    let left: Vec<_> = std::fs::read_dir(&sandboxes)
-        .map(|d| d.flatten().map(|e| e.path()).collect())
-        .unwrap_or_default();
-    assert!(left.is_empty(), "down left {left:?}");
-    let state = p.env.state_home().join("airlock/sandboxes");
-    let left: Vec<_> = std::fs::read_dir(&state)
-        .map(|d| d.flatten().map(|e| e.path()).collect())
-        .unwrap_or_default();
-    assert!(left.is_empty(), "down left {left:?}");
+    super::assert_nothing_left(&[
+        p.env.runtime_dir.join("airlock/sandboxes"),
+        p.env.state_home().join("airlock/sandboxes"),
+    ]);
 }
 
 #[test]
@@ -376,19 +358,7 @@ fn vm_backend_for_a_root_invoker_runs_qemu_as_an_unprivileged_id_and_the_workspa
         "from-the-vm\n"
     );
     // Egress through the host's proxy (the egress directory is shared id-mapped too).
-    let denied = run(&[
-        "exec",
-        "--",
-        "curl",
-        "-sS",
-        "-m",
-        "60",
-        "-o",
-        "/dev/null",
-        "-w",
-        "%{http_code}",
-        "http://not-allowed.invalid/",
-    ]);
+    let denied = run(super::EXEC_DENIED_REQUEST);
     assert_eq!(denied.stdout.trim(), "403", "{}", denied.stderr);
 
     run(&["down"]).assert_code(0);
@@ -402,15 +372,10 @@ fn vm_backend_for_a_root_invoker_runs_qemu_as_an_unprivileged_id_and_the_workspa
         Vec::<String>::new(),
         "a QEMU of {q} outlived down"
     );
-    for left in [
+    super::assert_nothing_left(&[
         env.runtime_dir.join("airlock/sandboxes"),
         env.state_home().join("airlock/sandboxes"),
-    ] {
-        let entries: Vec<_> = std::fs::read_dir(&left)
-            .map(|d| d.flatten().map(|e| e.path()).collect())
-            .unwrap_or_default();
-        assert!(entries.is_empty(), "down left {entries:?}");
-    }
+    ]);
 }
 
 /// A root invoker's `run`: one command in a VM of its own, as an id of a root invoker's range;

@@ -143,13 +143,8 @@ fn vm_backend_policy_allow_and_a_secret_apply_live_and_the_guest_never_holds_the
         proxy_pids(&p)
     );
     assert_eq!(p.health(), "absent");
-    for left in [
+    super::assert_nothing_left(&[
         p.runtime_root().join("sandboxes"),
         p.state_root().join("sandboxes"),
-    ] {
-        let entries: Vec<_> = std::fs::read_dir(&left)
-            .map(|d| d.flatten().map(|e| e.path()).collect())
-            .unwrap_or_default();
-        assert!(entries.is_empty(), "down left {entries:?}");
-    }
+    ]);
 }

@@ -28,6 +28,33 @@ use crate::common::AIRLOCK;
 
 pub const QEMU: &str = "qemu-system-x86_64";
 
+/// `exec` of a request to a host no rule allows, printing only the HTTP status: the guest has
+/// no network device, so the answer can only be the host proxy's denial (403).
+pub const EXEC_DENIED_REQUEST: &[&str] = &[
+    "exec",
+    "--",
+    "curl",
+    "-sS",
+    "-m",
+    "60",
+    "-o",
+    "/dev/null",
+    "-w",
+    "%{http_code}",
+    "http://not-allowed.invalid/",
+];
+
+/// Asserts that each of `dirs` (the runtime and state `sandboxes` directories) is empty or
+/// absent: `down` left no sandbox directory or file behind.
+pub fn assert_nothing_left(dirs: &[PathBuf]) {
+    for dir in dirs {
+        let entries: Vec<_> = std::fs::read_dir(dir)
+            .map(|d| d.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default();
+        assert!(entries.is_empty(), "down left {entries:?}");
+    }
+}
+
 /// Where `scripts/fetch-vm-kernel` puts kernels for this user.
 fn kernel_cache() -> PathBuf {
     let cache = std::env::var_os("XDG_CACHE_HOME")

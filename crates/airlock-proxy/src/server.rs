@@ -39,7 +39,7 @@ use crate::handoff;
 use crate::respond::ProxyBody;
 #[cfg(test)]
 use crate::shared::SnapshotHook;
-use crate::shared::{client_http1, Runtime, Shared};
+use crate::shared::{proxy_http1, with_date, Runtime, Shared};
 use crate::tls::{TlsSetupError, UpstreamTrust};
 
 /// Everything one sandbox's proxy needs.
@@ -327,14 +327,20 @@ async fn serve_conn<S: ClientStream>(stream: S, shared: Arc<Shared>) {
         let slot = slot.clone();
         async move {
             let resp: Response<ProxyBody> = if req.method() == Method::CONNECT {
-                crate::connect::handle_connect::<S>(req, shared).await
+                let resp = crate::connect::handle_connect::<S>(req, shared).await;
+                // An accepted tunnel's answer is the bare status line (see `proxy_http1`).
+                if resp.status().is_success() {
+                    resp
+                } else {
+                    with_date(resp)
+                }
             } else {
-                forward::forward_http(req, shared, slot).await
+                with_date(forward::forward_http(req, shared, slot).await)
             };
             Ok::<_, Infallible>(resp)
         }
     });
-    let conn = client_http1()
+    let conn = proxy_http1()
         .serve_connection(TokioIo::new(stream), service)
         .with_upgrades();
     if let Err(e) = conn.await {

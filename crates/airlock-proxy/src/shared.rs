@@ -128,3 +128,27 @@ pub(crate) fn client_http1() -> http1::Builder {
         .header_read_timeout(HEADER_READ_TIMEOUT);
     builder
 }
+
+/// [`client_http1`] for the proxy's own listener, where hyper adds no `Date` by itself: the
+/// answer to an accepted `CONNECT` is the bare status line (`HTTP/1.1 200 OK`, as squid and
+/// tinyproxy send it), which every fresh tunnel waits for before its first byte, and a client
+/// reading the head byte by byte pays for every byte of it (B5). Every other answer gets its
+/// `Date` from [`with_date`], as hyper would have added it.
+pub(crate) fn proxy_http1() -> http1::Builder {
+    let mut builder = client_http1();
+    builder.auto_date_header(false);
+    builder
+}
+
+/// Adds a `Date` to `resp` unless it has one (RFC 9110 §6.6.1: a proxy appends one to a
+/// response it forwards without; the proxy's own answers carry one too).
+pub(crate) fn with_date<B>(mut resp: hyper::Response<B>) -> hyper::Response<B> {
+    let headers = resp.headers_mut();
+    if !headers.contains_key(hyper::header::DATE) {
+        let now = httpdate::fmt_http_date(std::time::SystemTime::now());
+        if let Ok(value) = hyper::header::HeaderValue::from_str(&now) {
+            headers.insert(hyper::header::DATE, value);
+        }
+    }
+    resp
+}

@@ -1,5 +1,6 @@
 //! airlock-proxy against real servers on loopback (one test binary, see ARCHITECTURE §4).
 
+mod answers;
 mod audit;
 mod common;
 mod denials;

@@ -14,7 +14,8 @@
 
 use std::future::Future;
 use std::io;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::Mutex;
 
 use rustix::net::Shutdown;
 use rustix::pipe::{PipeFlags, SpliceFlags};
@@ -64,19 +65,56 @@ pub async fn splice_bidirectional<A: SpliceSocket, B: SpliceSocket>(
     ((ab, ba), result.map(|_| ()))
 }
 
+/// A pump's pipe: both ends and the capacity it got.
+struct Pipe {
+    read: OwnedFd,
+    write: OwnedFd,
+    chunk: usize,
+}
+
+/// Empty pipes of finished pumps, kept for the next tunnels: a fresh tunnel then makes no
+/// `pipe2` and no `F_SETPIPE_SZ` (and closes no pipe when it ends), which it otherwise pays
+/// twice per fresh request (B5). At most [`SPARE_PIPES`] are kept (a few KiB of kernel memory
+/// each while empty). A pipe goes back only after a clean end of stream, when its pump has
+/// spliced out everything it spliced in; a pump that fails or is cancelled closes its pipe,
+/// so no byte of one tunnel can ever reach another.
+static SPARE: Mutex<Vec<Pipe>> = Mutex::new(Vec::new());
+
+/// How many empty pipes [`SPARE`] keeps.
+const SPARE_PIPES: usize = 4;
+
+impl Pipe {
+    fn take() -> io::Result<Pipe> {
+        if let Some(pipe) = SPARE.lock().unwrap_or_else(|p| p.into_inner()).pop() {
+            return Ok(pipe);
+        }
+        let (read, write) = rustix::pipe::pipe_with(PipeFlags::NONBLOCK | PipeFlags::CLOEXEC)?;
+        let chunk = rustix::pipe::fcntl_setpipe_size(&write, CHUNK).unwrap_or(64 * 1024);
+        Ok(Pipe { read, write, chunk })
+    }
+
+    /// Keeps this pipe for another pump; it must be empty.
+    fn give_back(self) {
+        let mut spare = SPARE.lock().unwrap_or_else(|p| p.into_inner());
+        if spare.len() < SPARE_PIPES {
+            spare.push(self);
+        }
+    }
+}
+
 async fn pump<S: SpliceSocket, D: SpliceSocket>(
     src: &S,
     dst: &D,
     total: &mut u64,
 ) -> io::Result<()> {
-    let (pipe_r, pipe_w) = rustix::pipe::pipe_with(PipeFlags::NONBLOCK | PipeFlags::CLOEXEC)?;
-    let chunk = rustix::pipe::fcntl_setpipe_size(&pipe_w, CHUNK).unwrap_or(64 * 1024);
+    let pipe = Pipe::take()?;
+    let (pipe_r, pipe_w, chunk) = (&pipe.read, &pipe.write, pipe.chunk);
     let flags = SpliceFlags::MOVE | SpliceFlags::NONBLOCK;
     loop {
         let n = loop {
             src.ready_for(Interest::READABLE).await?;
             let spliced = src.try_io_for(Interest::READABLE, || {
-                rustix::pipe::splice(src.as_fd(), None, &pipe_w, None, chunk, flags)
+                rustix::pipe::splice(src.as_fd(), None, pipe_w, None, chunk, flags)
                     .map_err(io::Error::from)
             });
             match spliced {
@@ -88,13 +126,15 @@ async fn pump<S: SpliceSocket, D: SpliceSocket>(
         if n == 0 {
             // The peer may already be gone; its own pump reports that.
             let _ = rustix::net::shutdown(dst.as_fd(), Shutdown::Write);
+            // Everything spliced in was spliced out (`left` reached 0 each time): empty.
+            pipe.give_back();
             return Ok(());
         }
         let mut left = n;
         while left > 0 {
             dst.ready_for(Interest::WRITABLE).await?;
             let spliced = dst.try_io_for(Interest::WRITABLE, || {
-                rustix::pipe::splice(&pipe_r, None, dst.as_fd(), None, left, flags)
+                rustix::pipe::splice(pipe_r, None, dst.as_fd(), None, left, flags)
                     .map_err(io::Error::from)
             });
             match spliced {
@@ -141,5 +181,42 @@ mod tests {
         let ((ab, ba), result) = tunnel.await.unwrap();
         result.unwrap();
         assert_eq!((ab, ba), (3_000_000, 22));
+    }
+
+    /// One short tunnel end to end: returns what the server got and what the client got back.
+    async fn one_tunnel(up: &'static [u8], down: &'static [u8]) -> (Vec<u8>, Vec<u8>) {
+        let (mut client, proxy_side) = tokio::net::UnixStream::pair().unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let upstream_side = tokio::net::TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (mut server, _) = listener.accept().await.unwrap();
+        let tunnel =
+            tokio::spawn(async move { splice_bidirectional(&proxy_side, &upstream_side).await });
+        client.write_all(up).await.unwrap();
+        client.shutdown().await.unwrap();
+        let mut got = Vec::new();
+        server.read_to_end(&mut got).await.unwrap();
+        server.write_all(down).await.unwrap();
+        server.shutdown().await.unwrap();
+        let mut back = Vec::new();
+        client.read_to_end(&mut back).await.unwrap();
+        tunnel.await.unwrap().1.unwrap();
+        (got, back)
+    }
+
+    #[tokio::test]
+    async fn pipes_of_finished_tunnels_are_reused_empty_and_carry_only_the_next_tunnels_bytes() {
+        assert_eq!(
+            one_tunnel(b"first up", b"first down").await,
+            (b"first up".to_vec(), b"first down".to_vec())
+        );
+        let spare = SPARE.lock().unwrap().len();
+        assert_eq!(spare, 2, "both pumps' pipes are kept");
+        assert_eq!(
+            one_tunnel(b"second", b"reply").await,
+            (b"second".to_vec(), b"reply".to_vec())
+        );
+        assert_eq!(SPARE.lock().unwrap().len(), 2, "taken and given back");
     }
 }

@@ -5,8 +5,9 @@
 //! 1. `PR_SET_PDEATHSIG(SIGKILL)`, then check the parent is still the airlock that started us
 //!    (it may have died before the prctl). Close every descriptor but the three protocol ones
 //!    (I7: descriptors leaked into airlock by its caller end here).
-//! 2. Read the bootstrap message, then `unshare` user, mount, pid, net, uts and ipc namespaces.
-//!    The user namespace is unshared in the same call, always, also for root (I1).
+//! 2. Read the bootstrap message, then `unshare` user, mount, pid, uts and ipc namespaces.
+//!    The user namespace is unshared in the same call, always, also for root (I1). The network
+//!    namespace is PID 1's (step 6).
 //! 3. Tell the host `unshared`; it writes the id maps (it may: it is the parent, in the parent
 //!    namespace) and moves us into the sandbox's cgroup; wait for `mapped`. Only then become
 //!    non-dumpable (earlier, `/proc/PID/uid_map` would turn root-owned and unwritable for an
@@ -19,11 +20,16 @@
 //!    through PID 1's PDEATHSIG, which tears down the whole PID namespace.
 //! 6. PID 1: PDEATHSIG again (and a parent-liveness check through a pipe, since `getppid` is 0
 //!    across a PID namespace), non-dumpable (I7: sandbox processes cannot open `/proc/1/*` or
-//!    ptrace it), rootfs and `pivot_root`, hostname, loopback up, the caller's `preflight`
-//!    (the compiled seccomp program), `ready`, then the caller runs the guest with the returned
-//!    [`Handoff`].
+//!    ptrace it), rootfs and `pivot_root`, hostname, the caller's `preflight` (the compiled
+//!    seccomp program), `ready`, then the caller runs the guest with the returned [`Handoff`].
+//!    The network namespace (with `lo` up) is made on a thread of PID 1 while the main thread
+//!    builds the root filesystem ([`PendingNet`]): creating one costs about a millisecond of
+//!    kernel work (every subsystem's per-namespace setup), which thus overlaps the mounts
+//!    instead of adding to them. PID 1 joins it before it mounts `/sys` (which shows the
+//!    mounting process's network namespace) and long before any sandbox process exists; a
+//!    failure to make or join it fails the start.
 
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 
 use nix::sched::{unshare, CloneFlags};
@@ -65,7 +71,9 @@ impl InitError {
     /// Which start stage failed, for the host's classification (see `bootstrap.rs`).
     pub fn stage(&self) -> Stage {
         match self {
-            InitError::Syscall { syscall, .. } if syscall.starts_with("unshare") => {
+            InitError::Syscall { syscall, .. }
+                if syscall.starts_with("unshare") || syscall.starts_with("setns") =>
+            {
                 Stage::Namespaces
             }
             InitError::Rootfs(RootfsError::ImageLink { .. }) => Stage::Image,
@@ -143,11 +151,11 @@ fn prepare<T>(
     // mount namespace moves the working directory onto its copy of the mount.
     sys("chdir(scratch)", rustix::process::chdir(&boot.scratch_dir))?;
 
-    // 2. Every namespace but cgroup (joined after the host moved us into our cgroup).
+    // 2. Every namespace but cgroup (joined after the host moved us into our cgroup) and
+    //    network (made by PID 1 alongside the root filesystem, `PendingNet`).
     let flags = CloneFlags::CLONE_NEWUSER
         | CloneFlags::CLONE_NEWNS
         | CloneFlags::CLONE_NEWPID
-        | CloneFlags::CLONE_NEWNET
         | CloneFlags::CLONE_NEWUTS
         | CloneFlags::CLONE_NEWIPC;
     sys("unshare", unshare(flags))?;
@@ -295,14 +303,54 @@ fn pid1_setup(
         rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable),
     )?;
     sys("open(/proc/self/oom_score_adj)", held)?;
-    let root_view = rootfs::build(boot, mounts)?;
+    let net = PendingNet::start()?;
+    let root_view = rootfs::build(boot, mounts, || net.enter())?;
     limit_processes(boot)?;
     sys(
         "sethostname",
         rustix::system::sethostname(boot.spec.hostname.as_bytes()),
     )?;
-    sys("SIOCSIFFLAGS(lo)", crate::sys::net::set_interface_up("lo"))?;
     Ok(root_view)
+}
+
+/// The sandbox's network namespace, being made on a thread of its own: `unshare` there
+/// affects only that thread, which brings `lo` up in it and returns a descriptor of it.
+/// PID 1's main thread joins it with [`PendingNet::enter`] (the thread has then exited, and
+/// PID 1 is single-threaded again before it starts any process). See the module docs, step 6.
+struct PendingNet(std::thread::JoinHandle<Result<OwnedFd, InitError>>);
+
+impl PendingNet {
+    fn start() -> Result<PendingNet, InitError> {
+        let thread = std::thread::Builder::new()
+            .name("airlock-net".to_owned())
+            .stack_size(64 * 1024)
+            .spawn(|| {
+                sys("unshare(CLONE_NEWNET)", unshare(CloneFlags::CLONE_NEWNET))?;
+                sys("SIOCSIFFLAGS(lo)", crate::sys::net::set_interface_up("lo"))?;
+                sys(
+                    "open(/proc/thread-self/ns/net)",
+                    crate::sys::idmount::open_namespace(std::path::Path::new(
+                        "/proc/thread-self/ns/net",
+                    )),
+                )
+            });
+        Ok(PendingNet(sys("spawning the network thread", thread)?))
+    }
+
+    /// Waits for the namespace and moves the calling thread into it.
+    fn enter(self) -> Result<(), InitError> {
+        let ns = self.0.join().map_err(|_| InitError::Syscall {
+            syscall: "unshare(CLONE_NEWNET)",
+            source: std::io::Error::other("the network thread panicked"),
+        })??;
+        sys(
+            "setns(CLONE_NEWNET)",
+            rustix::thread::move_into_link_name_space(
+                ns.as_fd(),
+                Some(rustix::thread::LinkNameSpaceType::Network),
+            ),
+        )
+    }
 }
 
 /// `RLIMIT_NPROC = pids_max` for PID 1 and everything it starts: a process limit that holds

@@ -25,7 +25,10 @@
 //!    covered by an empty read-only file, secret directories by an empty read-only tmpfs,
 //!    `machine-id` by a fresh one, `passwd`/`group`/`hosts`/`hostname` by generated files.
 //! 6. `/dev` (device nodes bind-mounted from the host, a private devpts, shm), then `/proc`
-//!    (masked and partly read-only, after `/dev` because masks bind `/dev/null`), `/sys` ro.
+//!    (masked and partly read-only, after `/dev` because masks bind `/dev/null`), `/sys` ro,
+//!    after entering the sandbox's network namespace (the caller's `enter_net`: sysfs shows the
+//!    network namespace of the process that mounts it, and may only be mounted by one that
+//!    owns that namespace).
 //! 7. `pivot_root` into the new root and detach the old one; from here on no host path exists.
 //!
 //! Any failure aborts the start: a sandbox with a missing mask is never run (partial
@@ -153,8 +156,14 @@ const EMPTY_DIRS: &[(&str, u32)] = &[
 /// The working directory is the host's empty scratch directory (entered before the sandbox's
 /// identity applied); `mounts` are the id-mapped mounts the host passed (a root invoker's
 /// sandbox). Returns the root view's mount namespace when the host passed one's mounts
-/// (`rootfs/root_view.rs`): `--root` processes join it.
-pub fn build(boot: &Bootstrap, mounts: &mut Received) -> Result<Option<OwnedFd>, RootfsError> {
+/// (`rootfs/root_view.rs`): `--root` processes join it. `enter_net` moves the caller into the
+/// sandbox's network namespace; it runs just before `/sys` is mounted (step 6), so the caller
+/// can have that namespace made meanwhile.
+pub fn build<E: From<RootfsError>>(
+    boot: &Bootstrap,
+    mounts: &mut Received,
+    enter_net: impl FnOnce() -> Result<(), E>,
+) -> Result<Option<OwnedFd>, E> {
     // 1. No propagation back to the host (or from it: later host mounts stay invisible).
     mount_raw(
         None,
@@ -231,6 +240,7 @@ pub fn build(boot: &Bootstrap, mounts: &mut Received) -> Result<Option<OwnedFd>,
     // 6. /dev, /proc, /sys.
     devproc::mount_dev(&root, &sizes)?;
     devproc::mount_proc(&root)?;
+    enter_net()?;
     devproc::mount_sys(&root)?;
 
     // 6b. The root view: a copy of this namespace in which the workspaces show the invoker as

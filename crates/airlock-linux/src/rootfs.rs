@@ -239,7 +239,7 @@ pub fn build<E: From<RootfsError>>(
 
     // 6. /dev, /proc, /sys.
     devproc::mount_dev(&root, &sizes)?;
-    devproc::mount_proc(&root)?;
+    devproc::mount_proc(&root, &scratch)?;
     enter_net()?;
     devproc::mount_sys(&root)?;
 
@@ -576,9 +576,41 @@ fn bind(src: &Path, target: &Path) -> Result<(), RootfsError> {
     })
 }
 
-/// Remounts the bind mount at `target` adding `extra`, keeping the flags it already has (in a
-/// user namespace the kernel refuses to clear flags locked by a more privileged namespace).
+/// Adds `extra` (`ro`, `nosuid`, `nodev`, `noexec`) to the bind mount at `target`, keeping the
+/// flags it already has (in a user namespace the kernel refuses to clear flags locked by a more
+/// privileged namespace): one `mount_setattr`, or on a kernel without it (before 5.12) the
+/// current flags read and a remount with them plus `extra`.
 fn remount_bind(target: &Path, extra: MsFlags) -> Result<(), RootfsError> {
+    use rustix::mount::MountAttrFlags;
+    let mut attrs = MountAttrFlags::empty();
+    for (ms, attr) in [
+        (MsFlags::MS_RDONLY, MountAttrFlags::MOUNT_ATTR_RDONLY),
+        (MsFlags::MS_NOSUID, MountAttrFlags::MOUNT_ATTR_NOSUID),
+        (MsFlags::MS_NODEV, MountAttrFlags::MOUNT_ATTR_NODEV),
+        (MsFlags::MS_NOEXEC, MountAttrFlags::MOUNT_ATTR_NOEXEC),
+    ] {
+        if extra.contains(ms) {
+            attrs |= attr;
+        }
+    }
+    let known = MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
+    if extra.difference(known).is_empty() {
+        match idmount::add_mount_attrs(target, attrs) {
+            Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {}
+            done => {
+                return done.map_err(|e| RootfsError::Remount {
+                    target: target.to_path_buf(),
+                    what: "bind flags",
+                    source: nix::Error::from_raw(e.raw_os_error().unwrap_or(libc::EIO)),
+                })
+            }
+        }
+    }
+    remount_bind_legacy(target, extra)
+}
+
+/// [`remount_bind`] with `statvfs` and `mount(MS_REMOUNT)`.
+fn remount_bind_legacy(target: &Path, extra: MsFlags) -> Result<(), RootfsError> {
     use nix::sys::statvfs::{statvfs, FsFlags};
     let current = statvfs(target).map_err(|source| RootfsError::Remount {
         target: target.to_path_buf(),

@@ -93,17 +93,22 @@ pub(super) fn mount_dev(root: &Path, sizes: &TmpfsSizes) -> Result<(), RootfsErr
     Ok(())
 }
 
-pub(super) fn mount_proc(root: &Path) -> Result<(), RootfsError> {
+/// `scratch` holds the masks' source (outside the new root: it is gone after `pivot_root`).
+pub(super) fn mount_proc(root: &Path, scratch: &Path) -> Result<(), RootfsError> {
     let proc_dir = root.join("proc");
     let flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
     mount_raw(Some("proc"), &proc_dir, Some("proc"), flags, None, "proc")?;
-    let null = root.join("dev/null");
+    // The masks' source: the host's /dev/null bound once outside the new root and made
+    // read-only (for the same reason as the device nodes) and `nosuid,nodev,noexec`; a bind
+    // mount copies the flags of the mount it binds, so each mask has them from the start.
+    let null = scratch.join("proc-mask");
+    write_file(&null, b"", 0o600)?;
+    bind(Path::new("/dev/null"), &null)?;
+    remount_bind(&null, MsFlags::MS_RDONLY | flags)?;
     for name in PROC_MASKED_FILES {
         let path = proc_dir.join(name);
         if fs::symlink_metadata(&path).is_ok() {
-            // Read-only for the same reason as the device nodes: it is the host's /dev/null.
             bind(&null, &path)?;
-            remount_bind(&path, MsFlags::MS_RDONLY | flags)?;
         }
     }
     for name in PROC_MASKED_DIRS {

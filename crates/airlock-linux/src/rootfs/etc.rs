@@ -45,8 +45,15 @@ pub(super) fn apply(root: &Path, scratch: &Path, boot: &Bootstrap) -> Result<(),
     if !etc.is_dir() {
         return Ok(());
     }
+    // The masks' source, made read-only once: a bind mount copies the flags of the mount it
+    // binds, so each mask is `ro,nosuid,nodev` from the start (one mount call each, not two).
     let empty = scratch.join("empty");
     write_file(&empty, b"", 0o444)?;
+    bind(&empty, &empty)?;
+    remount_bind(
+        &empty,
+        MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+    )?;
     for name in SECRET_FILES {
         mask_file(&etc.join(name), &empty)?;
     }
@@ -86,15 +93,13 @@ pub(super) fn apply(root: &Path, scratch: &Path, boot: &Bootstrap) -> Result<(),
     Ok(())
 }
 
+/// Covers `path` with `empty`, a read-only `nosuid,nodev` bind mount whose flags the new mount
+/// inherits.
 fn mask_file(path: &Path, empty: &Path) -> Result<(), RootfsError> {
     if fs::symlink_metadata(path).is_err() {
         return Ok(());
     }
-    bind(empty, path)?;
-    remount_bind(
-        path,
-        MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
-    )
+    bind(empty, path)
 }
 
 /// `/etc/ssh/ssh_host_*` (private and public keys; the public ones identify the host too).

@@ -75,6 +75,40 @@ pub fn set_idmap(tree: BorrowedFd<'_>, userns: BorrowedFd<'_>, read_only: bool) 
     }
 }
 
+/// Adds `attrs` (only `ro`, `nosuid`, `nodev`, `noexec`) to the mount whose root is `path`
+/// (a link is followed, as `mount(2)` does), leaving every other flag as it is: one
+/// `mount_setattr(2)` (Linux 5.12) instead of reading the flags and remounting with them
+/// (in a user namespace the kernel refuses to clear a flag locked by a more privileged one,
+/// and this call never clears any). `ENOSYS` on older kernels: the caller falls back.
+pub fn add_mount_attrs(path: &Path, attrs: MountAttrFlags) -> io::Result<()> {
+    let path = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
+        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let attr = MountAttr {
+        attr_set: u64::from(attrs.bits()),
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    // SAFETY: `path` is a NUL-terminated string owned by this frame, resolved against the
+    // working directory (AT_FDCWD); `attr` is a valid, fully initialised `struct mount_attr`
+    // whose size is passed alongside; the kernel only reads both.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            0,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 /// Attaches the detached mount `tree` at `target` in the caller's mount namespace.
 pub fn attach(tree: BorrowedFd<'_>, target: &Path) -> io::Result<()> {
     Ok(move_mount(

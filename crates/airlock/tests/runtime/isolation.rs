@@ -107,6 +107,51 @@ both! {
 }
 
 both! {
+    /// I2, I4: every mask and device node is its own mount with the flags that make it harmless
+    /// (a host inode inside must not be changeable, a mask must not run or open a device): the
+    /// /etc masks `ro,nosuid,nodev`, the /proc masks and read-only /proc directories
+    /// `ro,nosuid,nodev,noexec`, the device nodes `ro,nosuid,noexec`.
+    fn masks_and_device_nodes_carry_their_mount_flags(rt) {
+        let run = rt.sh(&[], "awk '{print $5, $6}' /proc/self/mountinfo");
+        let out = ok(&run);
+        let flags = |path: &str| -> Option<Vec<&str>> {
+            out.lines()
+                .rfind(|l| l.split_whitespace().next() == Some(path))
+                .map(|l| l.split_whitespace().nth(1).unwrap_or("").split(',').collect())
+        };
+        let expect = |path: &str, want: &[&str]| {
+            let got = flags(path).unwrap_or_else(|| panic!("{path} is not a mount: {out}"));
+            for w in want {
+                assert!(got.contains(w), "{path} lacks {w}: {got:?}");
+            }
+        };
+        for dev in ["/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty"] {
+            expect(dev, &["ro", "nosuid", "noexec"]);
+        }
+        let proc_masks: Vec<&str> = ["kcore", "keys", "timer_list", "sysrq-trigger", "sched_debug"]
+            .into_iter()
+            .filter(|f| std::path::Path::new("/proc").join(f).exists())
+            .collect();
+        assert!(!proc_masks.is_empty(), "this kernel has none of the masked /proc files");
+        for f in proc_masks {
+            expect(&format!("/proc/{f}"), &["ro", "nosuid", "nodev", "noexec"]);
+        }
+        for d in ["sys", "bus", "fs", "irq"] {
+            if std::path::Path::new("/proc").join(d).is_dir() {
+                expect(&format!("/proc/{d}"), &["ro", "nosuid", "nodev", "noexec"]);
+            }
+        }
+        let etc_masks: Vec<&str> = ["shadow", "gshadow", "shadow-", "gshadow-"]
+            .into_iter()
+            .filter(|f| std::path::Path::new("/etc").join(f).exists())
+            .collect();
+        for f in &etc_masks {
+            expect(&format!("/etc/{f}"), &["ro", "nosuid", "nodev"]);
+        }
+    }
+}
+
+both! {
     /// I5: commands run as a non-root uid; `--root` is uid 0 of the sandbox's user namespace,
     /// mapped to a non-root host id (or refused with the reason when the host cannot map it).
     fn commands_run_unprivileged_and_root_is_only_namespaced(rt) {

@@ -7,7 +7,7 @@
 use std::ffi::OsString;
 
 use clap::error::ErrorKind as ClapErrorKind;
-use clap::Parser;
+use clap::{Args, FromArgMatches, Parser};
 
 use crate::commands::version::{self, LONG_VERSION};
 use crate::commands::Command;
@@ -47,6 +47,50 @@ requests for the hosts they are bound to: inside, a secret is only ever a placeh
 
 Start with `airlock doctor`, then `airlock run -- CMD` for a one-off command or `airlock up` for \
 a sandbox that stays. Every command accepts --json and then prints exactly one JSON document.";
+
+/// Parses the command line. `exec` and `run` (the verbs paid per command, B1/B2) are parsed
+/// against their own definition under the global options alone: building the whole tree of
+/// verbs first, page-faulting every verb's code and allocating its arguments, cost each `exec`
+/// about as much as the rest of its start-up. Whatever that reduced parser does not accept
+/// outright (an error, `--help`, anything else) goes through the full definition, so errors,
+/// help and every other verb read exactly as before.
+pub fn parse(args: &[OsString]) -> Result<Cli, clap::Error> {
+    match parse_hot_verb(args) {
+        Some(cli) => Ok(cli),
+        None => Cli::try_parse_from(args),
+    }
+}
+
+/// `args` parsed by the reduced definition of its verb, when that verb is a hot one and the
+/// reduced parser accepts the command line; `None` otherwise.
+fn parse_hot_verb(args: &[OsString]) -> Option<Cli> {
+    let sub = match args.get(1)?.to_str()? {
+        "exec" => crate::commands::exec::ExecArgs::augment_args(clap::Command::new("exec")),
+        "run" => crate::commands::run::RunArgs::augment_args(clap::Command::new("run")),
+        _ => return None,
+    };
+    let matches = hot_root().subcommand(sub).try_get_matches_from(args).ok()?;
+    Cli::from_arg_matches(&matches).ok()
+}
+
+/// [`Cli`]'s global options without its verbs (the tests keep the two in step).
+fn hot_root() -> clap::Command {
+    clap::Command::new("airlock")
+        .subcommand_required(true)
+        .arg(
+            clap::Arg::new("json")
+                .long("json")
+                .global(true)
+                .action(clap::ArgAction::SetTrue),
+        )
+        .arg(
+            clap::Arg::new("backend")
+                .long("backend")
+                .global(true)
+                .value_name("NAME")
+                .value_parser(["linux", "vm"]),
+        )
+}
 
 /// Whether raw argv asks for JSON output (`--json` before any `--`).
 pub fn wants_json(args: &[OsString]) -> bool {
@@ -109,6 +153,92 @@ mod tests {
     #[test]
     fn clap_definition_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    fn argv(v: &[&str]) -> Vec<OsString> {
+        v.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn hot_verbs_parse_exactly_as_the_full_definition_or_fall_back_to_it() {
+        let cases: &[&[&str]] = &[
+            &["airlock", "exec", "--", "true"],
+            &[
+                "airlock", "exec", "-i", "-t", "-w", "/x", "-e", "A=B", "-e", "C=", "--", "sh",
+                "-c", "echo hi",
+            ],
+            &[
+                "airlock", "exec", "--json", "--name", "box-1", "--root", "--", "id", "-u",
+            ],
+            &[
+                "airlock",
+                "exec",
+                "-d",
+                "--backend",
+                "vm",
+                "--",
+                "sleep",
+                "9",
+            ],
+            &["airlock", "exec", "--", "--json"],
+            &[
+                "airlock",
+                "exec",
+                "--env",
+                "K=V",
+                "--workdir=rel",
+                "--",
+                "ls",
+                "-la",
+            ],
+            &["airlock", "run", "--", "true"],
+            &[
+                "airlock", "run", "--memory", "512", "-i", "--json", "--", "cat",
+            ],
+            &["airlock", "run", "--backend", "linux", "--", "true"],
+            // Refused by both (the reduced parser then hands over to the full one).
+            &["airlock", "exec", "--backend", "bogus", "--", "true"],
+            &["airlock", "exec", "-d", "-i", "--", "x"],
+            &["airlock", "exec"],
+            &["airlock", "exec", "true"],
+            &["airlock", "exec", "--bogus", "--", "true"],
+            &["airlock", "exec", "--help"],
+            &["airlock", "run", "-h"],
+            &["airlock", "exec", "--version"],
+        ];
+        for case in cases {
+            let args = argv(case);
+            let full = Cli::try_parse_from(&args);
+            match (parse_hot_verb(&args), &full) {
+                (Some(hot), Ok(full)) => {
+                    assert_eq!(format!("{hot:?}"), format!("{full:?}"), "{case:?}")
+                }
+                (Some(hot), Err(e)) => panic!("{case:?}: reduced parser gave {hot:?}, full: {e}"),
+                (None, Ok(_)) if case[1] == "exec" || case[1] == "run" => {
+                    panic!("{case:?}: a hot verb the full definition accepts was not taken")
+                }
+                (None, _) => {}
+            }
+            assert_eq!(
+                format!("{:?}", parse(&args).map_err(|e| e.kind())),
+                format!("{:?}", full.map_err(|e| e.kind())),
+                "{case:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn hot_root_has_the_global_options_of_the_full_definition() {
+        let describe = |cmd: &clap::Command| {
+            let mut args: Vec<String> = cmd
+                .get_arguments()
+                .filter(|a| a.is_global_set())
+                .map(|a| format!("{:?} {:?} {:?}", a.get_id(), a.get_long(), a.get_action()))
+                .collect();
+            args.sort();
+            args
+        };
+        assert_eq!(describe(&hot_root()), describe(&Cli::command()));
     }
 
     #[test]

@@ -28,9 +28,6 @@ use std::ffi::OsString;
 use std::io;
 use std::process::ExitCode;
 
-use clap::Parser;
-
-use crate::cli::Cli;
 use crate::context::Context;
 use crate::error::HostError;
 use crate::output::Printer;
@@ -41,7 +38,7 @@ fn main() -> ExitCode {
         return exit_status(status);
     }
     let printer = Printer::from_env(cli::wants_json(&args));
-    let cli = match Cli::try_parse_from(&args) {
+    let cli = match cli::parse(&args) {
         Ok(cli) => cli,
         Err(err) => return exit_status(cli::report_parse_error(&err, &printer)),
     };

@@ -22,7 +22,7 @@
 //! [`Sandbox::destroy`] closes the control socket (the guest kills its process groups and
 //! exits), waits for PID 1's pidfd, kills it after the grace period, reaps the init stage and
 //! removes the runtime directory. [`Sandbox::kill`] (`run`, once its command has exited) ends
-//! PID 1 and the init stage with SIGKILL together instead, and waits for both.
+//! PID 1 and the init stage with SIGKILL together instead, waits for both and reaps both.
 //!
 //! Lifetime: the init stage has `PR_SET_PDEATHSIG(SIGKILL)` bound to the *thread* that spawned
 //! it, so call `start` from a thread that lives as long as the sandbox (the main thread).
@@ -536,8 +536,14 @@ impl Sandbox {
     /// namespace its death ends every process in it, and its pidfd turns readable only once
     /// they are all gone), without its serial steps: PID 1 woken to run its own shutdown, then
     /// the init stage signalled only after PID 1's exit was seen.
+    ///
+    /// PID 1 is the init stage's child: killed together, the init stage cannot reap it. So
+    /// that it does not become a zombie for the host's init to reap, this process becomes a
+    /// child subreaper first (the kernel propagates it to the init stage, already running):
+    /// PID 1 is re-parented here when the init stage dies, and reaped here.
     pub fn kill(mut self) -> Result<(), StartError> {
         self.control = None;
+        let _ = rustix::process::set_child_subreaper(Some(rustix::process::getpid()));
         if let Some(pid1) = &self.pid1 {
             let _ = rustix::process::pidfd_send_signal(pid1, rustix::process::Signal::KILL);
         }
@@ -548,7 +554,10 @@ impl Sandbox {
             crate::pidfd::wait_exit(pid1, KILL_WAIT);
         }
         let _ = self.init.wait();
-        self.pid1 = None;
+        // Re-parented here by now unless the init stage reaped it first (then: ECHILD).
+        if let Some(pid1) = self.pid1.take() {
+            crate::pidfd::reap(&pid1);
+        }
         let dir = std::mem::take(&mut self.dir);
         fs::remove_dir_all(&dir).map_err(|source| StartError::Io {
             what: "removing the sandbox runtime directory",

@@ -38,6 +38,17 @@ pub fn wait_exit(pidfd: impl AsFd, limit: Duration) -> bool {
     }
 }
 
+/// Reaps the process behind `pidfd` if it has exited and is a child of this process (e.g.
+/// re-parented here as a child subreaper); anything else (still running, not our child,
+/// already reaped) is left as it is.
+pub fn reap(pidfd: impl AsFd) {
+    use rustix::process::{waitid, WaitId, WaitIdOptions};
+    let _ = waitid(
+        WaitId::PidFd(pidfd.as_fd()),
+        WaitIdOptions::EXITED | WaitIdOptions::NOHANG,
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,5 +1,5 @@
 //! How a `run` ends: Ctrl+C on the terminal gives 130 every time, and a finished run leaves no
-//! state directory behind (L9).
+//! state directory (L9) and no zombie behind.
 
 use std::io::BufRead;
 use std::os::unix::process::CommandExt as _;
@@ -97,5 +97,26 @@ both! {
             .map(|d| d.flatten().map(|e| e.path()).collect())
             .unwrap_or_default();
         assert!(left.is_empty(), "run state left behind: {left:?}");
+    }
+}
+
+both! {
+    /// A finished run reaps every process it started, the sandbox's PID 1 included. Killed
+    /// together with the init stage (its parent), PID 1 used to be re-parented to the host's
+    /// init as a zombie, which a container whose init never reaps keeps for good. This test
+    /// process becomes a child subreaper, so anything the run orphaned would come here.
+    fn a_finished_run_leaves_no_zombie_behind(rt) {
+        use nix::sys::wait::{waitid, Id, WaitPidFlag};
+        nix::sys::prctl::set_child_subreaper(true).expect("PR_SET_CHILD_SUBREAPER");
+        ok(&rt.sh(&[], "true"));
+        // `sh` reaped airlock itself: any child of this process now is an orphan of the run.
+        let left = waitid(
+            Id::All,
+            WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT,
+        );
+        assert!(
+            matches!(left, Err(nix::errno::Errno::ECHILD)),
+            "the run left a process behind: {left:?}"
+        );
     }
 }

@@ -30,6 +30,7 @@ use clap::Args;
 use airlock_host::config::load_effective;
 use airlock_host::lifecycle::{lifecycle_error, parse_duration, plan_summary};
 use airlock_host::provision;
+use airlock_host::run::Phases;
 use airlock_host::Host;
 
 use super::Report;
@@ -60,6 +61,10 @@ const VM_DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
 
 pub fn run(args: UpArgs, ctx: &Context) -> Result<Report, HostError> {
     let t0 = Instant::now();
+    let traced = ctx
+        .var(airlock_config::env_vars::AIRLOCK_TRACE_PHASES)
+        .is_some();
+    let mut phases = Phases::new(traced.then_some(print_phase as fn(&str, Duration)));
     let (name, project) = resolve_name(ctx, args.name.as_deref())?;
     let has_terminal = ctx.stdin_is_terminal && ctx.stdout_is_terminal;
     if !args.no_attach && !has_terminal {
@@ -91,6 +96,7 @@ pub fn run(args: UpArgs, ctx: &Context) -> Result<Report, HostError> {
     let cache = provision::prepare_cache(&roots, &effective)?;
     provision::attach_host_environment(&mut spec, &effective, &cache);
     let plan = plan_summary(&spec);
+    phases.done("validate");
 
     let cancel = CtrlC::install();
     let default_timeout = match vm {
@@ -108,7 +114,7 @@ pub fn run(args: UpArgs, ctx: &Context) -> Result<Report, HostError> {
         lock_wait: airlock_host::lifecycle::lock_wait(),
         timeout: args.timeout.unwrap_or(default_timeout),
     };
-    let mut progress = Progress::new();
+    let mut progress = Progress::new(phases);
     let cancelled = cancel.check();
     let mut provisioner = provision::Provisioner {
         plan: steps,
@@ -133,7 +139,7 @@ pub fn run(args: UpArgs, ctx: &Context) -> Result<Report, HostError> {
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
         (outcome.map_err(lifecycle_error), base)
     });
-    drop(progress);
+    let mut phases = progress.finish();
     let outcome = outcome?;
     let total = ms(t0.elapsed());
     if cancel.cancelled() {
@@ -152,6 +158,7 @@ pub fn run(args: UpArgs, ctx: &Context) -> Result<Report, HostError> {
             .into_iter()
             .map(|w| format!("warning: {w}")),
     );
+    phases.done("notes");
     notes.extend(airlock_host::agents::setup_ready(
         &setup,
         &name,
@@ -165,6 +172,12 @@ pub fn run(args: UpArgs, ctx: &Context) -> Result<Report, HostError> {
         &outcome.record.paths.runtime_dir,
         &effective.ports,
     ));
+    phases.done("home");
+    for (name, ms) in &outcome.operation.timings {
+        if name.starts_with("backend.") {
+            phases.add(name, Duration::from_millis(*ms));
+        }
+    }
     let (lines, json) = summary(&name, &outcome, total);
     // S1: every `up` makes sure the default session exists; attaching creates it.
     let plan = AttachPlan::new(
@@ -191,6 +204,7 @@ pub fn run(args: UpArgs, ctx: &Context) -> Result<Report, HostError> {
             }
             other => Some(other),
         };
+        phases.done("session");
         let mut json = json;
         if let Some(Ok((line, opened))) = &session {
             doc.text(0, &[(Style::Plain, line)]);
@@ -340,18 +354,36 @@ fn ensure_default(
     Ok((line, opened))
 }
 
+/// `AIRLOCK_TRACE_PHASES`: `airlock: phase <name> <ms>` lines on stderr, for scripts/bench.
+fn print_phase(name: &str, took: Duration) {
+    eprintln!("airlock: phase {name} {:.3}", took.as_secs_f64() * 1000.0);
+}
+
 /// Progress on stderr (PRODUCT O3): one line per phase, or one live line on a terminal that
-/// is cleared when `up` is done. Also the debug-build test hooks (see the module docs).
+/// is cleared when `up` is done. Also the debug-build test hooks (see the module docs), and
+/// the time each lifecycle phase took (`AIRLOCK_TRACE_PHASES`).
 struct Progress {
     live: bool,
+    phases: Phases,
+    current: Option<String>,
 }
 
 impl Progress {
-    fn new() -> Progress {
+    fn new(phases: Phases) -> Progress {
         use std::io::IsTerminal;
         Progress {
             live: std::io::stderr().is_terminal(),
+            phases,
+            current: None,
         }
+    }
+
+    /// Ends the live line and the last phase's timing; the timings go on.
+    fn finish(mut self) -> Phases {
+        if let Some(last) = self.current.take() {
+            self.phases.done(&last);
+        }
+        std::mem::replace(&mut self.phases, Phases::new(None))
     }
 
     fn describe(phase: &str) -> &str {
@@ -382,6 +414,8 @@ impl Drop for Progress {
 
 impl Observer for Progress {
     fn phase(&mut self, phase: &str) {
+        let last = self.current.replace(phase.to_owned());
+        self.phases.done(last.as_deref().unwrap_or("setup"));
         #[cfg(debug_assertions)]
         if std::env::var(airlock_config::env_vars::AIRLOCK_TEST_CRASH_AT).is_ok_and(|p| p == phase)
         {

@@ -254,20 +254,22 @@ impl<'a> OperationLog<'a> {
         name: &SandboxName,
         kind: OperationKind,
     ) -> Result<(OperationLog<'a>, Option<OperationRecord>), LifecycleError> {
-        Self::open(stores, name, kind, false, Durability::Durable)
+        Self::open(stores, name, kind, false, Durability::Durable, "lock")
     }
 
     /// [`OperationLog::begin`] whose `running` mark is written (atomically) but not yet
     /// flushed to disk: the caller flushes it ([`OperationLog::flush`], or
     /// [`OperationLog::unflushed`] on another thread) before the operation's first effect, so
     /// the flush can overlap work that has none (`up` overlaps it with the sandbox record's
-    /// own flushed write).
+    /// own flushed write). The mark already names `phase`, the operation's first under the
+    /// lock: one write fewer than the mark followed by the phase.
     pub(crate) fn begin_unflushed(
         stores: &'a Stores,
         name: &SandboxName,
         kind: OperationKind,
+        phase: &str,
     ) -> Result<(OperationLog<'a>, Option<OperationRecord>), LifecycleError> {
-        Self::open(stores, name, kind, false, Durability::Atomic)
+        Self::open(stores, name, kind, false, Durability::Atomic, phase)
     }
 
     /// [`OperationLog::begin`] for an operation that must work on a full state disk
@@ -277,7 +279,7 @@ impl<'a> OperationLog<'a> {
         name: &SandboxName,
         kind: OperationKind,
     ) -> Result<(OperationLog<'a>, Option<OperationRecord>), LifecycleError> {
-        Self::open(stores, name, kind, true, Durability::Durable)
+        Self::open(stores, name, kind, true, Durability::Durable, "lock")
     }
 
     fn open(
@@ -286,6 +288,7 @@ impl<'a> OperationLog<'a> {
         kind: OperationKind,
         best_effort: bool,
         durability: Durability,
+        phase: &str,
     ) -> Result<(OperationLog<'a>, Option<OperationRecord>), LifecycleError> {
         let store = &stores.operations;
         let previous = store.read::<OperationRecord>(name.as_str())?;
@@ -314,7 +317,7 @@ impl<'a> OperationLog<'a> {
             kind,
             started_ms: now_ms(),
             finished_ms: None,
-            phase: "lock".to_owned(),
+            phase: phase.to_owned(),
             result: OperationResult::Running,
             timings: Default::default(),
             process: ownership::process_identity(std::process::id())?,
@@ -385,8 +388,12 @@ impl<'a> OperationLog<'a> {
         self.unrecorded
     }
 
-    /// Closes the current phase (its time is recorded) and starts `phase`.
+    /// Closes the current phase (its time is recorded) and starts `phase`. The phase the
+    /// record names already is not written again.
     pub fn phase(&mut self, phase: &str) -> Result<(), StateError> {
+        if self.record.phase == phase {
+            return Ok(());
+        }
         self.close_phase();
         self.record.phase = phase.to_owned();
         self.save(Durability::Atomic)

@@ -282,7 +282,7 @@ pub fn up<B: Backend>(
     // The `running` mark is flushed before `up`'s first effect: with the cleanup when there is
     // anything to clean, else together with the sandbox's `starting` record (`write_starting`).
     let (mut log, interrupted) =
-        OperationLog::begin_unflushed(stores, &req.name, OperationKind::Up)?;
+        OperationLog::begin_unflushed(stores, &req.name, OperationKind::Up, "cleanup")?;
     let result = up_locked(stores, backend, &req, &mut log, obs, cancelled).and_then(
         |(record, reused, cleaned)| {
             let started = Instant::now();

@@ -40,6 +40,12 @@ impl Provision for Provisioner<'_> {
             if self.cancel.load(Ordering::SeqCst) {
                 return Err(ProvisionError::Cancelled { phase: name.into() });
             }
+            // A step with nothing to do has no effect a crash could interrupt: its phase is
+            // not recorded (each record write is a rename that costs a writeback on ext4).
+            if self.nothing_to_do(fresh, &step) {
+                self.timings.push((name, Duration::ZERO));
+                continue;
+            }
             phase(name)?;
             let started = Instant::now();
             let result = self.run_step(record, fresh, &step);
@@ -51,6 +57,11 @@ impl Provision for Provisioner<'_> {
 }
 
 impl Provisioner<'_> {
+    /// Whether `step` does nothing in this sandbox (see [`Provisioner::run_step`]).
+    fn nothing_to_do(&self, fresh: bool, step: &Step) -> bool {
+        matches!(step.action, Action::Base) && fresh && self.backend.vm.is_none()
+    }
+
     fn run_step(
         &self,
         record: &SandboxRecord,
@@ -72,7 +83,7 @@ impl Provisioner<'_> {
             // that proxy loads the configuration in force then, and any change after that
             // finds the ready record and reaches it (`policy`, `secret`). A reload would
             // answer `ok` and do nothing. The `vm` keeper starts its proxy with the sandbox.
-            Action::Base if fresh && self.backend.vm.is_none() => return Ok(()),
+            Action::Base if self.nothing_to_do(fresh, step) => return Ok(()),
             Action::Base => {
                 let sandbox = [(record.name.clone(), record.paths.runtime_dir.clone())];
                 for r in reload_running(&sandbox) {

@@ -133,7 +133,7 @@ fn host_git_identity(home: &Path) -> (Option<String>, Option<String>) {
 /// Writes `files` into the sandbox home of the ready sandbox `record` through the guest's file
 /// transfer (the path of `airlock push`), so nothing is run inside: an image without a shell
 /// takes them too. The files are staged with their modes as one tree in a private temporary
-/// directory of the host (missing parents as empty 0700 directories) and pushed over one
+/// directory of the sandbox's runtime directory (missing parents as empty 0700 directories) and pushed over one
 /// stream, which the guest serves as the sandbox user, publishing each push atomically and
 /// following no link: a file with `replace` into its parent; a directory without, so one
 /// that exists is kept and its staged entries are pushed into it the same way (a fresh home
@@ -144,9 +144,12 @@ pub fn apply(
     home: &Path,
     files: &[HomeFile],
 ) -> Result<(), HostError> {
+    // Staged in the sandbox's private runtime directory (0700, on tmpfs where the runtime
+    // root is): no journalled metadata writes on a busy disk, and one left by a killed `up`
+    // goes with the sandbox. The sandbox never sees this directory.
     let staging = tempfile::Builder::new()
-        .prefix("airlock-home-")
-        .tempdir()
+        .prefix(".home-")
+        .tempdir_in(&record.paths.runtime_dir)
         .map_err(|e| write_error(home, &format!("cannot stage the home files: {e}")))?;
     let root = staging.path().join("home");
     std::fs::create_dir(&root)

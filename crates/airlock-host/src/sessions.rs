@@ -70,15 +70,28 @@ pub fn ensure(
     spec: SessionSpec,
     size: WindowSize,
 ) -> Result<Opened, HostError> {
+    ensure_on(client(host, record)?, name, spec, size)
+}
+
+/// An authenticated session stream to the ready sandbox `record`, for one request later:
+/// `up` opens it while it writes the home files, so that the handshake overlaps them.
+pub fn connect(host: &Host, record: &SandboxRecord) -> Result<SessionClient, HostError> {
+    client(host, record)
+}
+
+/// [`ensure`] over a stream opened by [`connect`].
+pub fn ensure_on(
+    client: SessionClient,
+    name: &str,
+    spec: SessionSpec,
+    size: WindowSize,
+) -> Result<Opened, HostError> {
     let request = EnsureRequest {
         name: name.to_owned(),
         size,
         spec,
     };
-    let opened = client(host, record)?
-        .ensure(request)
-        .map_err(|e| session_error(e, name))?;
-    Ok(opened)
+    client.ensure(request).map_err(|e| session_error(e, name))
 }
 
 /// What the default session runs, before the layout: the selected agent's command with its

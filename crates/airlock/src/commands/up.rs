@@ -159,14 +159,28 @@ pub fn run(args: UpArgs, ctx: &Context) -> Result<Report, HostError> {
             .map(|w| format!("warning: {w}")),
     );
     phases.done("notes");
-    notes.extend(airlock_host::agents::setup_ready(
-        &setup,
-        &name,
-        &outcome.record.epoch,
-        &effective,
-        &roots,
-        base,
-    )?);
+    // `--no-attach` ends with a request for the default session: its stream is opened (and
+    // authenticated) while the home files are written, which the request itself must follow.
+    let (ready_notes, early) = std::thread::scope(|scope| {
+        let early = args
+            .no_attach
+            .then(|| scope.spawn(|| sessions::connect(&setup, &outcome.record)));
+        let ready_notes = airlock_host::agents::setup_ready(
+            &setup,
+            &name,
+            &outcome.record.epoch,
+            &effective,
+            &roots,
+            base,
+        );
+        let early = early.map(|handle| {
+            handle
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+        });
+        (ready_notes, early)
+    });
+    notes.extend(ready_notes?);
     // Issue 11: the user config's `[[ports]]`, on every `up` (fresh or retained).
     notes.extend(airlock_host::lifecycle::ports::publish_configured(
         &outcome.record.paths.runtime_dir,
@@ -197,7 +211,7 @@ pub fn run(args: UpArgs, ctx: &Context) -> Result<Report, HostError> {
         for line in &lines {
             doc.text(0, &[(Style::Plain, line)]);
         }
-        let session = match ensure_default(&setup, &outcome.record, &plan) {
+        let session = match ensure_default(&setup, &outcome.record, &plan, early) {
             Err(e) if no_shell(&e, &plan) => {
                 notes.push(no_shell_note(&e));
                 None
@@ -224,7 +238,7 @@ pub fn run(args: UpArgs, ctx: &Context) -> Result<Report, HostError> {
     if effective.image.value != airlock_config::effective::Image::Host
         && plan.create.as_ref().is_some_and(runs_a_shell)
     {
-        if let Err(e) = ensure_default(&setup, &outcome.record, &plan) {
+        if let Err(e) = ensure_default(&setup, &outcome.record, &plan, None) {
             if !no_shell(&e, &plan) {
                 return Err(e);
             }
@@ -327,11 +341,13 @@ fn no_shell_note(e: &HostError) -> String {
     )
 }
 
-/// Makes sure the default session exists (`up --no-attach`); a line saying so.
+/// Makes sure the default session exists (`up --no-attach`); a line saying so. `early`: a
+/// stream opened for it beforehand; without one, or when opening it failed, one is opened now.
 fn ensure_default(
     host: &Host,
     record: &airlock_core::records::SandboxRecord,
     plan: &AttachPlan,
+    early: Option<Result<airlock_protocol::SessionClient, HostError>>,
 ) -> Result<(String, Opened), HostError> {
     let Some(spec) = plan.create.clone() else {
         return Err(HostError::internal(
@@ -340,7 +356,12 @@ fn ensure_default(
         ));
     };
     let size = airlock_term::terminal::window_size().unwrap_or(WindowSize { rows: 24, cols: 80 });
-    let opened = airlock_host::sessions::ensure(host, record, &plan.name, spec, size)?;
+    let opened = match early {
+        Some(Ok(client)) => airlock_host::sessions::ensure_on(client, &plan.name, spec, size)?,
+        Some(Err(_)) | None => {
+            airlock_host::sessions::ensure(host, record, &plan.name, spec, size)?
+        }
+    };
     let state = if opened.created {
         "started"
     } else {

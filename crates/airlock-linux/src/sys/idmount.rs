@@ -8,7 +8,7 @@
 //! its map by [`user_namespace`].
 
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::path::Path;
 
 use rustix::mount::{
@@ -55,24 +55,7 @@ pub fn set_idmap(tree: BorrowedFd<'_>, userns: BorrowedFd<'_>, read_only: bool) 
         propagation: 0,
         userns_fd: userns.as_raw_fd() as u64,
     };
-    // SAFETY: `tree` and `userns` are open descriptors borrowed for the call, the path is a
-    // NUL-terminated empty string with AT_EMPTY_PATH, and `attr` is a valid, fully initialised
-    // `struct mount_attr` whose size is passed alongside; the kernel only reads it.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_mount_setattr,
-            tree.as_raw_fd(),
-            c"".as_ptr(),
-            libc::AT_EMPTY_PATH,
-            &attr as *const MountAttr,
-            std::mem::size_of::<MountAttr>(),
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    mount_setattr(tree.as_raw_fd(), c"", libc::AT_EMPTY_PATH, &attr)
 }
 
 /// Adds `attrs` (only `ro`, `nosuid`, `nodev`, `noexec`) to the mount whose root is `path`
@@ -89,16 +72,28 @@ pub fn add_mount_attrs(path: &Path, attrs: MountAttrFlags) -> io::Result<()> {
         propagation: 0,
         userns_fd: 0,
     };
-    // SAFETY: `path` is a NUL-terminated string owned by this frame, resolved against the
-    // working directory (AT_FDCWD); `attr` is a valid, fully initialised `struct mount_attr`
-    // whose size is passed alongside; the kernel only reads both.
+    mount_setattr(libc::AT_FDCWD, &path, 0, &attr)
+}
+
+/// `mount_setattr(2)` on `path` relative to `dirfd` (the descriptor itself with an empty path
+/// and `AT_EMPTY_PATH`).
+fn mount_setattr(
+    dirfd: RawFd,
+    path: &std::ffi::CStr,
+    flags: libc::c_int,
+    attr: &MountAttr,
+) -> io::Result<()> {
+    // SAFETY: `dirfd` is an open descriptor (or AT_FDCWD) held by the caller for the call,
+    // `path` is a NUL-terminated string borrowed for the call, and `attr` is a valid, fully
+    // initialised `struct mount_attr` whose size is passed alongside; the kernel only reads
+    // them.
     let rc = unsafe {
         libc::syscall(
             libc::SYS_mount_setattr,
-            libc::AT_FDCWD,
+            dirfd,
             path.as_ptr(),
-            0,
-            &attr as *const MountAttr,
+            flags,
+            attr as *const MountAttr,
             std::mem::size_of::<MountAttr>(),
         )
     };

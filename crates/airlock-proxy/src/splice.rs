@@ -152,16 +152,25 @@ mod tests {
     use super::*;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-    #[tokio::test]
-    async fn splice_carries_both_directions_and_half_closes() {
+    type Tunnel = tokio::task::JoinHandle<((u64, u64), std::io::Result<()>)>;
+
+    /// A client's stream spliced to a loopback server's: the client's end, the server's end
+    /// and the running tunnel.
+    async fn spliced() -> (tokio::net::UnixStream, tokio::net::TcpStream, Tunnel) {
         let (client, proxy_side) = tokio::net::UnixStream::pair().unwrap();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let upstream_side = tokio::net::TcpStream::connect(listener.local_addr().unwrap())
             .await
             .unwrap();
-        let (mut server, _) = listener.accept().await.unwrap();
+        let (server, _) = listener.accept().await.unwrap();
         let tunnel =
             tokio::spawn(async move { splice_bidirectional(&proxy_side, &upstream_side).await });
+        (client, server, tunnel)
+    }
+
+    #[tokio::test]
+    async fn splice_carries_both_directions_and_half_closes() {
+        let (client, mut server, tunnel) = spliced().await;
         let (mut cr, mut cw) = client.into_split();
         let up: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
         let expected = up.clone();
@@ -185,14 +194,7 @@ mod tests {
 
     /// One short tunnel end to end: returns what the server got and what the client got back.
     async fn one_tunnel(up: &'static [u8], down: &'static [u8]) -> (Vec<u8>, Vec<u8>) {
-        let (mut client, proxy_side) = tokio::net::UnixStream::pair().unwrap();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let upstream_side = tokio::net::TcpStream::connect(listener.local_addr().unwrap())
-            .await
-            .unwrap();
-        let (mut server, _) = listener.accept().await.unwrap();
-        let tunnel =
-            tokio::spawn(async move { splice_bidirectional(&proxy_side, &upstream_side).await });
+        let (mut client, mut server, tunnel) = spliced().await;
         client.write_all(up).await.unwrap();
         client.shutdown().await.unwrap();
         let mut got = Vec::new();

@@ -273,9 +273,10 @@ fn up_records_ready_with_owner_and_guest_then_reuses_with_the_same_epoch() {
     assert_eq!(st.health, Health::Ready);
 }
 
-#[test]
-fn up_flushes_only_the_running_mark_and_the_starting_record_to_disk() {
-    use crate::atomic::{journal, Durability};
+/// The writes of one fresh `up` (path and durability, in order), and the paths of its
+/// operation and sandbox records.
+fn fresh_up_writes() -> (Vec<(PathBuf, crate::atomic::Durability)>, PathBuf, PathBuf) {
+    use crate::atomic::journal;
     let w = world();
     let fake = Fake::new();
     journal::take();
@@ -283,6 +284,13 @@ fn up_flushes_only_the_running_mark_and_the_starting_record_to_disk() {
     let writes = journal::take();
     let op = w.stores.operations.path_of(w.name.as_str()).unwrap();
     let rec = w.stores.sandboxes.path_of(w.name.as_str()).unwrap();
+    (writes, op, rec)
+}
+
+#[test]
+fn up_flushes_only_the_running_mark_and_the_starting_record_to_disk() {
+    use crate::atomic::Durability;
+    let (writes, op, rec) = fresh_up_writes();
     let durable: Vec<&PathBuf> = writes
         .iter()
         .filter(|(_, d)| *d == Durability::Durable)
@@ -315,14 +323,7 @@ fn up_flushes_only_the_running_mark_and_the_starting_record_to_disk() {
 
 #[test]
 fn a_fresh_up_writes_its_running_mark_in_the_cleanup_phase_not_twice() {
-    use crate::atomic::journal;
-    let w = world();
-    let fake = Fake::new();
-    journal::take();
-    up_with(&w, &fake, plan()).unwrap();
-    let writes = journal::take();
-    let op = w.stores.operations.path_of(w.name.as_str()).unwrap();
-    let rec = w.stores.sandboxes.path_of(w.name.as_str()).unwrap();
+    let (writes, op, rec) = fresh_up_writes();
     let starting = writes.iter().position(|(p, _)| p == &rec).unwrap();
     // The `running` mark (already in `cleanup`), then `prepare`: each write of the operation
     // is a rename over its file, which costs a forced writeback on ext4.

@@ -210,15 +210,15 @@ fn vm_backend_flag_runs_one_command_in_a_vm_and_leaves_no_monitor() {
         .is_ok_and(|mut d| d.next().is_some()));
 }
 
-/// Every QEMU on the host whose real, effective, saved or filesystem uid is `uid` (other
-/// sandboxes may take the range, and so the id, once it is free again).
-fn monitors_of(uid: u32) -> Vec<String> {
+/// Every QEMU on the host whose real, effective, saved or filesystem uid is `uid`, each as its
+/// pid and start time. Read it while the sandbox holds its id range: once the range is free
+/// again another sandbox (a test running beside this one) may take it, and so the id.
+fn monitors_of(uid: u32) -> Vec<(u64, u64)> {
     let mut found = Vec::new();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if !name.bytes().all(|b| b.is_ascii_digit()) {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u64>() else {
             continue;
-        }
+        };
         let Ok(status) = std::fs::read_to_string(entry.path().join("status")) else {
             continue;
         };
@@ -226,10 +226,35 @@ fn monitors_of(uid: u32) -> Vec<String> {
         if status_ids(&status, "Uid:").contains(&uid)
             && String::from_utf8_lossy(&cmdline).contains("qemu-system")
         {
-            found.push(name);
+            if let Some(started) = start_time(pid) {
+                found.push((pid, started));
+            }
         }
     }
     found
+}
+
+/// When process `pid` started (clock ticks since boot), `None` once it is gone or a zombie.
+fn start_time(pid: u64) -> Option<u64> {
+    alive(pid).then_some(())?;
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command's closing parenthesis start at field 3; starttime is field 22.
+    stat.rsplit(')')
+        .next()?
+        .split_whitespace()
+        .nth(19)?
+        .parse()
+        .ok()
+}
+
+/// Which of `procs` (from [`monitors_of`]) still run: the same pid with the same start time,
+/// so a pid the kernel has handed to a new process does not count.
+fn still_running(procs: &[(u64, u64)]) -> Vec<u64> {
+    procs
+        .iter()
+        .filter(|&&(pid, started)| start_time(pid) == Some(started))
+        .map(|&(pid, _)| pid)
+        .collect()
 }
 
 /// The four ids of a `/proc/PID/status` line (`Uid:` or `Gid:`).
@@ -361,6 +386,12 @@ fn vm_backend_for_a_root_invoker_runs_qemu_as_an_unprivileged_id_and_the_workspa
     let denied = run(super::EXEC_DENIED_REQUEST);
     assert_eq!(denied.stdout.trim(), "403", "{}", denied.stderr);
 
+    // Every QEMU of Q is this sandbox's while it holds Q's range.
+    let monitors = monitors_of(q);
+    assert!(
+        monitors.iter().any(|&(pid, _)| pid == qemu),
+        "{monitors:?} misses QEMU {qemu}"
+    );
     run(&["down"]).assert_code(0);
     assert!(
         wait_until(Duration::from_secs(10), || !alive(qemu) && !alive(keeper)),
@@ -368,8 +399,8 @@ fn vm_backend_for_a_root_invoker_runs_qemu_as_an_unprivileged_id_and_the_workspa
     );
     assert_eq!(run(&["status", "--json"]).json()["health"], "absent");
     assert_eq!(
-        monitors_of(q),
-        Vec::<String>::new(),
+        still_running(&monitors),
+        Vec::<u64>::new(),
         "a QEMU of {q} outlived down"
     );
     super::assert_nothing_left(&[
@@ -385,27 +416,55 @@ fn vm_backend_run_for_a_root_invoker_writes_as_root_and_leaves_no_monitor() {
     let Some((env, dir)) = root_project() else {
         return;
     };
-    let one = env.run_in(&dir, &["run", "--", "sh", "-c", "id -u > made-by-run"]);
-    one.assert_code(0);
+    // The command waits for `gate`, so that the QEMUs of its id are read while the run holds
+    // the id's range (after the run another sandbox may take it).
+    let mut one = env
+        .command(
+            &dir,
+            &[
+                "run",
+                "--",
+                "sh",
+                "-c",
+                "id -u > made-by-run.tmp && mv made-by-run.tmp made-by-run && \
+                 while [ ! -e gate ]; do sleep 0.1; done",
+            ],
+        )
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
     let made = dir.join("made-by-run");
+    let ended = |one: &mut std::process::Child| one.try_wait().unwrap().is_some();
+    assert!(
+        wait_until(Duration::from_secs(150), || made.exists()
+            || ended(&mut one)),
+        "run wrote nothing in 150 s"
+    );
+    assert!(made.exists(), "{:?}", one.wait_with_output());
+    let inside: u32 = std::fs::read_to_string(&made)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let monitors = monitors_of(inside);
+    assert!(!monitors.is_empty(), "no QEMU of {inside} during the run");
+    std::fs::write(dir.join("gate"), "").unwrap();
+    Run::from(one.wait_with_output().unwrap()).assert_code(0);
     let meta = std::fs::metadata(&made).unwrap();
     assert_eq!(
         (meta.uid(), meta.gid()),
         (0, 0),
         "made-by-run is not root's"
     );
-    let inside: u32 = std::fs::read_to_string(&made)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
     assert!(
         inside >= airlock_linux::idmap::ROOT_INVOKER_BASE,
         "run's guest user is {inside}"
     );
     assert_eq!(
-        monitors_of(inside),
-        Vec::<String>::new(),
+        still_running(&monitors),
+        Vec::<u64>::new(),
         "a QEMU of {inside} outlived run"
     );
     assert!(!env

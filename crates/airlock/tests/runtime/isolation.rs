@@ -259,3 +259,49 @@ both! {
         }
     }
 }
+
+both! {
+    /// I2, P1: the host image's overlays are exactly one per host directory it exposes (each
+    /// allowlisted top-level directory and each package-state directory the host has as a real
+    /// directory), each at that directory's own path, writable, `nosuid,nodev`. An overlay whose
+    /// lower layer held more than one of them would have to be a common parent (`/`, `/var`),
+    /// hiding the rest of it by a denylist: this pins the mount table against that.
+    fn overlays_are_one_per_exposed_host_directory_and_nothing_else(rt) {
+        let run = rt.sh(
+            &[],
+            "awk '{for (i = 7; i <= NF; i++) if ($i == \"-\") { print $5, $6, $(i + 1); break }}' \
+             /proc/self/mountinfo",
+        );
+        let out = ok(&run);
+        let mut overlays: Vec<(&str, &str)> = out
+            .lines()
+            .filter_map(|l| {
+                let mut f = l.split_whitespace();
+                let (at, opts, fstype) = (f.next()?, f.next()?, f.next()?);
+                (fstype == "overlay").then_some((at, opts))
+            })
+            .collect();
+        overlays.sort_unstable();
+        let host_dirs = [
+            "usr", "etc", "opt", "bin", "sbin", "lib", "lib32", "lib64", "libx32",
+            "var/lib/dpkg", "var/lib/apt", "var/cache/apt", "var/cache/debconf", "var/log/apt",
+        ];
+        let mut expected: Vec<String> = host_dirs
+            .iter()
+            .filter(|d| {
+                std::fs::symlink_metadata(std::path::Path::new("/").join(d))
+                    .is_ok_and(|m| m.file_type().is_dir())
+            })
+            .map(|d| format!("/{d}"))
+            .collect();
+        expected.sort_unstable();
+        let at: Vec<&str> = overlays.iter().map(|(at, _)| *at).collect();
+        assert_eq!(at, expected, "overlay mount points differ:\n{out}");
+        for (at, opts) in overlays {
+            let opts: Vec<&str> = opts.split(',').collect();
+            for want in ["rw", "nosuid", "nodev"] {
+                assert!(opts.contains(&want), "overlay {at} lacks {want}: {opts:?}");
+            }
+        }
+    }
+}

@@ -68,7 +68,8 @@ pub fn dispatch(args: &[OsString]) -> Option<i32> {
 /// would kill this process as soon as the mask is cleared.
 fn unblock_signals() {
     use nix::sys::signal::{SigSet, Signal};
-    let pending = pending_signals();
+    // sigpending(2) fails only on a bad address: nothing is then taken as pending.
+    let pending = airlock_linux::sys::process::pending_signals().unwrap_or(0);
     for sig in [Signal::SIGINT, Signal::SIGQUIT] {
         if pending & (1u64 << (sig as i32 - 1)) != 0 {
             let mut only = SigSet::empty();
@@ -77,19 +78,6 @@ fn unblock_signals() {
         }
     }
     let _ = SigSet::all().thread_unblock();
-}
-
-/// Signals pending for this thread or process (`SigPnd` | `ShdPnd` of /proc/self/status).
-fn pending_signals() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| {
-            l.strip_prefix("SigPnd:")
-                .or_else(|| l.strip_prefix("ShdPnd:"))
-        })
-        .filter_map(|hex| u64::from_str_radix(hex.trim(), 16).ok())
-        .fold(0, |all, m| all | m)
 }
 
 /// The init stage; returns in PID 1 only, once the guest has stopped.

@@ -1,9 +1,9 @@
 //! The guest's initramfs, built from airlock's own binary: `/init` is the `airlock`
 //! executable (its hidden VM entry runs when it is PID 1 as `/init`), beside the shared
-//! libraries it was linked with (the ELF interpreter and every `DT_NEEDED`, recursively),
-//! the kernel modules in load order, and `airlock/modules` listing them. Host symbolic links
-//! on the way to a file (Debian's merged `/usr`: `/lib64 -> usr/lib64`) are copied as links,
-//! so the interpreter and library paths resolve in the guest as on the host.
+//! libraries it was linked with (the ELF interpreter and every `DT_NEEDED`, recursively; none
+//! for a static build), the kernel modules in load order, and `airlock/modules` listing them.
+//! Host symbolic links on the way to a file (Debian's merged `/usr`: `/lib64 -> usr/lib64`) are
+//! copied as links, so the interpreter and library paths resolve in the guest as on the host.
 
 use std::collections::BTreeSet;
 use std::fs::File;
@@ -254,11 +254,18 @@ const LIBRARY_DIRS: &[&str] = &[
 ];
 
 /// The interpreter of `exe` and every shared library it needs, directly or through another
-/// library (`DT_NEEDED`, resolved in [`LIBRARY_DIRS`]), as host paths.
+/// library (`DT_NEEDED`, resolved in [`LIBRARY_DIRS`]), as host paths. None for a statically
+/// linked executable (static-pie included): it carries everything it runs.
 pub fn needed_libraries(exe: &Path) -> Result<Vec<PathBuf>, InitramfsError> {
     let image = Elf::read(exe)?;
-    let mut found = vec![image.interpreter()?];
     let mut queue: Vec<String> = image.needed()?;
+    let Some(interpreter) = image.interpreter_if_any()? else {
+        if queue.is_empty() {
+            return Ok(Vec::new());
+        }
+        return Err(image.bad("needs shared libraries but names no interpreter"));
+    };
+    let mut found = vec![interpreter];
     let mut seen = BTreeSet::new();
     while let Some(name) = queue.pop() {
         if !seen.insert(name.clone()) {
@@ -359,13 +366,17 @@ impl Elf {
     }
 
     fn interpreter(&self) -> Result<PathBuf, InitramfsError> {
-        let seg = self
-            .segments()?
-            .into_iter()
-            .find(|s| s.kind == PT_INTERP)
-            .ok_or_else(|| self.bad("statically linked or no PT_INTERP"))?;
+        self.interpreter_if_any()?
+            .ok_or_else(|| self.bad("statically linked or no PT_INTERP"))
+    }
+
+    /// The `PT_INTERP` path; `None` for a statically linked file.
+    fn interpreter_if_any(&self) -> Result<Option<PathBuf>, InitramfsError> {
+        let Some(seg) = self.segments()?.into_iter().find(|s| s.kind == PT_INTERP) else {
+            return Ok(None);
+        };
         self.string_at(seg.offset)
-            .map(PathBuf::from)
+            .map(|p| Some(PathBuf::from(p)))
             .ok_or_else(|| self.bad("PT_INTERP beyond the end of the file"))
     }
 
@@ -385,6 +396,10 @@ impl Elf {
                 break;
             }
             entries.push((tag, value));
+        }
+        // A static-pie has a dynamic section (for its own relocations) and needs nothing.
+        if !entries.iter().any(|(tag, _)| *tag == DT_NEEDED) {
+            return Ok(Vec::new());
         }
         let strtab = entries
             .iter()

@@ -130,3 +130,39 @@ fn the_interpreter_of_a_file_that_is_not_elf_is_an_error() {
         Err(InitramfsError::Elf { .. })
     ));
 }
+
+/// A minimal static executable: an ELF header and one `PT_LOAD`, no interpreter, no dynamic
+/// section (what the kernel needs to start it; what a static-pie also lacks: `PT_INTERP`).
+fn static_elf(path: &Path) {
+    let mut b = vec![0u8; 64 + 56];
+    b[..4].copy_from_slice(b"\x7fELF");
+    b[4] = 2; // 64-bit
+    b[5] = 1; // little-endian
+    b[6] = 1;
+    b[0x10] = 3; // ET_DYN, as a static-pie
+    b[0x12] = 62; // x86-64
+    b[0x20] = 64; // e_phoff
+    b[0x36] = 56; // e_phentsize
+    b[0x38] = 1; // e_phnum
+    b[64] = 1; // PT_LOAD
+    std::fs::write(path, b).unwrap();
+}
+
+#[test]
+fn a_static_executable_is_init_alone_with_no_libraries() {
+    let (dir, kernel) = kernel();
+    let exe = dir.path().join("static");
+    static_elf(&exe);
+    let contents = Contents::for_exe(&exe, &kernel, &["top"]).unwrap();
+    assert!(contents.libraries.is_empty(), "{:?}", contents.libraries);
+    let out = dir.path().join("initramfs");
+    build(&contents, &kernel, &out).unwrap();
+    let bytes = std::fs::read(&out).unwrap();
+    let all = read_all(&bytes);
+    assert!(all.iter().any(|e| e.name == "init"));
+    assert!(
+        !all.iter().any(|e| e.name.contains(".so")),
+        "{:?}",
+        all.iter().map(|e| &e.name).collect::<Vec<_>>()
+    );
+}

@@ -139,8 +139,8 @@ impl Children {
 
     /// Reaps every child that has exited and reports those that were registered.
     ///
-    /// The table lock is held across `wait` as well: `std::process::Command::spawn` reaps a
-    /// child whose `execve` failed by its pid, and would panic if the reaper took it first.
+    /// The table lock is held across `wait` as well: `process::spawn` reaps a child whose
+    /// `execve` failed by its pid, and would lose its status if the reaper took it first.
     /// Spawns hold the same lock, so the reaper never waits while a spawn is in flight.
     pub fn reap(&self) {
         let mut table = self.lock();

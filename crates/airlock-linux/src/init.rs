@@ -298,6 +298,8 @@ fn pid1_setup(
         rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::Dumpable),
     )?;
     let held = crate::sys::process::hold_own_oom_score_adj();
+    // While the host's /proc is still there: read before each spawn of a sandbox process.
+    crate::sys::process::hold_suid_dumpable();
     sys(
         "prctl(PR_SET_DUMPABLE)",
         rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable),

@@ -1,48 +1,71 @@
 //! Spawning sandbox processes, and the signal self-pipe of the guest's PID 1.
 //!
-//! [`spawn`] forks through `std::process::Command` (which reports `execve` failures back to
-//! the parent) and runs one pre-exec hook in the child. The hook applies, in this order:
+//! [`spawn`] clones a child that runs, on data prepared before the clone, the steps below and
+//! then `execve`; the caller's thread waits until the child has exec'd or failed
+//! (`CLONE_VFORK`), and a failure comes back as the step that failed and its errno.
 //!
-//! 0. `setns(CLONE_NEWNS)` into the mount namespace the confinement names, if any (a root
+//! 0. Every signal the caller catches, and SIGPIPE (ignored by Rust programs), back to its
+//!    default disposition, then the empty signal mask (the child starts with every signal
+//!    blocked, so no handler of the caller's runs in it). Then fds 0, 1 and 2 are placed.
+//! 1. `setns(CLONE_NEWNS)` into the mount namespace the confinement names, if any (a root
 //!    invoker's `--root` processes: the root view, `rootfs/root_view.rs`); first, while every
 //!    capability is still held.
-//! 1. `setsid()`: a new session and process group, so the process has no controlling
+//! 2. `setsid()`: a new session and process group, so the process has no controlling
 //!    terminal it did not open and cannot inject input (`TIOCSTI`) into one of ours; the
 //!    guest signals the whole group by its pid.
-//! 2. `TIOCSCTTY` on fd 0 (PTY mode only): the PTY becomes the controlling terminal. This
-//!    needs step 1 (only a session leader without a terminal may acquire one).
-//! 3. `close_range(3, ~0, CLOSE_RANGE_CLOEXEC)`: every descriptor but 0/1/2 is marked
-//!    close-on-exec, so none survives `execve` (PRODUCT I7). Marking instead of closing keeps
-//!    std's exec-error pipe working until the exec itself.
-//! 4. Capability bounding set emptied and ambient set cleared (when dropping capabilities).
-//!    This must precede step 5: `PR_CAPBSET_DROP` needs `CAP_SETPCAP`, which switching to a
+//! 3. `TIOCSCTTY` on fd 0 (PTY mode only): the PTY becomes the controlling terminal. This
+//!    needs step 2 (only a session leader without a terminal may acquire one).
+//! 4. `close_range(3, ~0, CLOSE_RANGE_CLOEXEC)`: every descriptor but 0/1/2 is marked
+//!    close-on-exec, so none survives `execve` (PRODUCT I7).
+//! 5. Capability bounding set emptied and ambient set cleared (when dropping capabilities).
+//!    This must precede step 6: `PR_CAPBSET_DROP` needs `CAP_SETPCAP`, which switching to a
 //!    non-zero uid removes.
-//! 5. Identity: `setgroups`, `setresgid`, `setresuid` (raw per-thread syscalls; the child has
-//!    one thread). Groups before gid before uid, since each step needs the privilege the next
-//!    one gives up.
-//! 6. `chdir` to the working directory, after step 5 so access is checked as the new identity.
-//! 7. Capabilities: effective, permitted and inheritable sets emptied with `capset`.
-//! 8. `PR_SET_NO_NEW_PRIVS`, required by step 9 for an unprivileged caller and wanted anyway
+//! 6. Identity: `setgroups`, `setresgid`, `setresuid` (raw per-thread syscalls, never libc's
+//!    set*id, which signal every thread of the caller), each id switch followed by
+//!    `PR_SET_DUMPABLE = 0` (see "Memory"). Groups before gid before uid, since each step
+//!    needs the privilege the next one gives up.
+//! 7. `chdir` to the working directory, after step 6 so access is checked as the new identity.
+//! 8. Capabilities: effective, permitted and inheritable sets emptied with one `capset`.
+//! 9. `PR_SET_NO_NEW_PRIVS`, required by step 10 for an unprivileged caller and wanted anyway
 //!    (setuid binaries and file capabilities grant nothing afterwards).
-//! 9. The seccomp filter (`seccomp(SECCOMP_SET_MODE_FILTER)`), last, so the filter does not
-//!    have to allow the setup syscalls above; it must allow `execve`.
-//! 10. `execve` with exactly the requested environment (std's `env_clear`).
+//! 10. The seccomp filter (`seccomp(SECCOMP_SET_MODE_FILTER)`), last, so the filter does not
+//!     have to allow the setup syscalls above; it must allow `execve`.
+//! 11. `execve` with exactly the requested environment, tried as glibc's `execvp` tries it
+//!     (what `std::process::Command` ran before): the program itself when it has a `/`, else
+//!     each `PATH` entry of the new environment in turn, going on after a missing or denied
+//!     file and reporting EACCES when one was denied; a file without `#!` (ENOEXEC) is run by
+//!     `/bin/sh`.
 //!
-//! Every step runs only async-signal-safe code: raw syscalls on data prepared before the
-//! fork. A failing step writes its number into a close-on-exec pipe before returning, so the
-//! parent's [`ProcessError`] names the step that failed, not just an errno.
+//! The child runs only async-signal-safe code: raw syscalls on data prepared before the
+//! clone, no allocation, no lock.
+//!
+//! # Memory
+//!
+//! Where it is safe, the child shares the caller's memory until its exec
+//! (`clone(CLONE_VM | CLONE_VFORK)`, what `posix_spawn` does) instead of copying it: a fork of
+//! the guest's PID 1 copies every page table of a process with a 10 MB binary and its threads,
+//! the child tears the copy down again at its exec, and PID 1 then takes a copy-on-write fault
+//! on each page it writes. Credentials, capabilities, `no_new_privs`, the seccomp filter, the
+//! signal dispositions, the descriptor table, the working directory and the namespaces are
+//! the child's own in both cases; the memory's *dumpable* flag is not: an id switch
+//! (`commit_creds`) sets it to `fs.suid_dumpable` for the whole memory. With 0 that keeps
+//! PID 1 non-dumpable; with 2 it becomes "dumpable by root of its user namespace" (the
+//! host's), which no sandbox process is, so `ptrace` and `/proc/1/mem` stay refused; the
+//! child then sets it back to 0 at once, so PID 1 is exactly as before. With 1 it would make
+//! PID 1 (its key, its control socket) traceable by a sandbox process of the same uid: so the
+//! setting is read (a descriptor held from setup, [`hold_suid_dumpable`]) before each spawn,
+//! and when it is 1, or cannot be read, the child gets a copy of the memory, as a fork would
+//! (`clone(CLONE_VFORK)`), and resets the flag of that copy after each switch the same way.
 
-use std::ffi::CString;
-use std::io::Read;
+use std::collections::BTreeMap;
+use std::ffi::{CStr, CString};
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
-use std::os::unix::process::CommandExt;
-use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 use rustix::io::Errno;
 use rustix::pipe::{pipe_with, PipeFlags};
-use rustix::process::{Gid, Uid};
+use rustix::process::{Gid, Uid, WaitOptions};
 use rustix::thread::{CapabilitySet, CapabilitySets};
 
 /// `CLOSE_RANGE_CLOEXEC` from `<linux/close_range.h>` (Linux 5.11).
@@ -80,10 +103,14 @@ pub enum ChildStep {
     Exec,
     /// `setns(CLONE_NEWNS)` (the first step when there is one).
     MountNamespace,
+    /// `dup2` of the standard descriptors.
+    Stdio,
+    /// `prctl(PR_SET_DUMPABLE)` after an id switch.
+    NotDumpable,
 }
 
 impl ChildStep {
-    const ALL: [ChildStep; 14] = [
+    const ALL: [ChildStep; 16] = [
         Self::Setsid,
         Self::ControllingTty,
         Self::CloseFds,
@@ -98,6 +125,8 @@ impl ChildStep {
         Self::Seccomp,
         Self::Exec,
         Self::MountNamespace,
+        Self::Stdio,
+        Self::NotDumpable,
     ];
 
     fn from_byte(byte: u8) -> Option<Self> {
@@ -121,6 +150,8 @@ impl ChildStep {
             Self::Seccomp => "seccomp",
             Self::Exec => "execve",
             Self::MountNamespace => "setns(CLONE_NEWNS)",
+            Self::Stdio => "dup2",
+            Self::NotDumpable => "prctl(PR_SET_DUMPABLE)",
         }
     }
 }
@@ -186,9 +217,9 @@ pub struct Confinement {
     /// or mount would reach the host (issue 9.6).
     pub withhold_setfcap: bool,
     /// The child's `oom_score_adj`: sandbox processes are the OOM killer's first choice, before
-    /// the guest's PID 1 (issue 9.10). The parent raises its own value around the fork (see
+    /// the guest's PID 1 (issue 9.10). The parent raises its own value around the clone (see
     /// [`hold_own_oom_score_adj`], required first), so the child has it from the start. Not
-    /// written by the child: until `execve` it is non-dumpable like PID 1, its `/proc` files
+    /// written by the child: until `execve` it is non-dumpable like PID 1 (or shares its memory), its `/proc` files
     /// belong to a root the sandbox may not map, and making it dumpable would expose PID 1's
     /// memory (the key) to other sandbox processes.
     pub oom_score_adj: Option<u16>,
@@ -216,21 +247,48 @@ pub struct SpawnSpec {
     pub identity: Identity,
 }
 
-/// Everything the pre-exec hook needs, prepared before the fork (no allocation after it).
-struct ChildPlan {
+/// How the child gets its memory (see the module docs, "Memory").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CloneMode {
+    /// `clone(CLONE_VM | CLONE_VFORK)`: the caller's memory, shared until the child's exec.
+    Shared,
+    /// `clone(CLONE_VFORK)`: a copy of it (a fork), where an identity switch would make the
+    /// shared memory dumpable (`fs.suid_dumpable = 1`) or that setting cannot be read.
+    Copy,
+}
+
+/// Everything the child needs, prepared before the clone: it allocates nothing, takes no lock
+/// and writes nothing of the caller's but `failed` and the script slot of [`ExecPlan`].
+struct ChildPlan<'a> {
     mount_ns: Option<RawFd>,
+    /// Descriptors that become 0, 1 and 2.
+    stdio: [RawFd; 3],
     controlling_tty: bool,
+    /// Signals set back to their default disposition (bit `n` for signal `n`).
+    reset_signals: u64,
     drop_capabilities: bool,
     withhold_setfcap: bool,
     no_new_privs: bool,
-    identity: Option<(Uid, Gid, Option<Vec<Gid>>)>,
-    cwd: CString,
-    seccomp: Option<seccompiler::BpfProgram>,
-    report: RawFd,
+    identity: Option<(Uid, Gid, Option<&'a [Gid]>)>,
+    cwd: &'a CStr,
+    seccomp: Option<&'a seccompiler::BpfProgram>,
+    exec: &'a ExecPlan,
+    /// Write end of the report pipe ([`CloneMode::Copy`]: the child's memory is its own).
+    report: Option<RawFd>,
+    /// `step << 16 | errno` of the step that failed ([`CloneMode::Shared`]); 0 until then.
+    failed: AtomicI32,
 }
 
 /// Starts `spec` under `confinement`; returns the child's pid. The caller reaps it.
 pub fn spawn(spec: SpawnSpec, confinement: &Confinement) -> Result<u32, ProcessError> {
+    spawn_as(spec, confinement, clone_mode())
+}
+
+fn spawn_as(
+    spec: SpawnSpec,
+    confinement: &Confinement,
+    mode: CloneMode,
+) -> Result<u32, ProcessError> {
     let program = spec.argv.first().ok_or(ProcessError::EmptyArgv)?.clone();
     if spec.argv.iter().any(|a| a.contains('\0')) {
         return Err(ProcessError::Nul { what: "argv" });
@@ -245,63 +303,80 @@ pub fn spawn(spec: SpawnSpec, confinement: &Confinement) -> Result<u32, ProcessE
         });
     }
     let cwd = CString::new(spec.cwd.as_str()).map_err(|_| ProcessError::Nul { what: "cwd" })?;
-    let (report_read, report_write) =
-        pipe_with(PipeFlags::CLOEXEC).map_err(|e| parent_err("pipe2", e))?;
+    let exec = ExecPlan::new(&spec.argv, &spec.env)?;
+    let report = match mode {
+        CloneMode::Shared => None,
+        CloneMode::Copy => Some(pipe_with(PipeFlags::CLOEXEC).map_err(|e| parent_err("pipe2", e))?),
+    };
+    let identity = match &spec.identity {
+        Identity::Inherit => None,
+        Identity::Switch { uid, gid, groups } => Some((
+            Uid::from_raw(*uid),
+            Gid::from_raw(*gid),
+            groups
+                .as_ref()
+                .map(|g| g.iter().copied().map(Gid::from_raw).collect::<Vec<_>>()),
+        )),
+    };
     let plan = ChildPlan {
         // Kept open by `confinement` until `spawn` returns (the child has joined by then).
         mount_ns: confinement.mount_ns.as_ref().map(|fd| fd.as_raw_fd()),
+        stdio: spec.stdio.each_ref().map(AsRawFd::as_raw_fd),
         controlling_tty: spec.controlling_tty,
+        reset_signals: CAUGHT_SIGNALS.load(Ordering::Relaxed)
+            | 1 << libc::SIGPIPE
+            | 1 << libc::SIGSEGV
+            | 1 << libc::SIGBUS,
         drop_capabilities: confinement.drop_capabilities,
         withhold_setfcap: confinement.withhold_setfcap && !confinement.drop_capabilities,
         no_new_privs: confinement.no_new_privs || confinement.seccomp.is_some(),
-        identity: match spec.identity {
-            Identity::Inherit => None,
-            Identity::Switch { uid, gid, groups } => Some((
-                Uid::from_raw(uid),
-                Gid::from_raw(gid),
-                groups.map(|g| g.into_iter().map(Gid::from_raw).collect()),
-            )),
-        },
-        cwd,
-        seccomp: confinement.seccomp.clone(),
-        report: report_write.as_raw_fd(),
+        identity: identity
+            .as_ref()
+            .map(|(uid, gid, groups)| (*uid, *gid, groups.as_deref())),
+        cwd: &cwd,
+        seccomp: confinement.seccomp.as_ref(),
+        exec: &exec,
+        report: report.as_ref().map(|(_, write)| write.as_raw_fd()),
+        failed: AtomicI32::new(0),
     };
-    let [stdin, stdout, stderr] = spec.stdio;
-    let mut command = Command::new(&program);
-    command
-        .args(&spec.argv[1..])
-        .env_clear()
-        .envs(spec.env.iter().map(|(k, v)| (k, v)))
-        .stdin(Stdio::from(stdin))
-        .stdout(Stdio::from(stdout))
-        .stderr(Stdio::from(stderr));
-    // SAFETY: the closure runs in the forked child before execve. It only makes raw syscalls
-    // (rustix/libc wrappers without allocation or locks) on data moved in before the fork,
-    // and writes one byte to a pipe on failure; all of that is async-signal-safe.
-    unsafe {
-        command.pre_exec(move || plan.apply());
-    }
-    let spawned = match confinement.oom_score_adj {
-        Some(adj) => with_oom_score_adj(adj, || command.spawn())?,
-        None => command.spawn(),
+    let cloned = match confinement.oom_score_adj {
+        Some(adj) => with_oom_score_adj(adj, || clone_child(&plan, mode))?,
+        None => clone_child(&plan, mode),
     };
-    drop(command);
-    drop(report_write);
-    match spawned {
-        Ok(child) => Ok(child.id()),
-        Err(source) => {
-            let mut byte = [0u8; 1];
-            let step = match std::fs::File::from(report_read).read(&mut byte) {
-                Ok(1) => ChildStep::from_byte(byte[0]).unwrap_or(ChildStep::Exec),
-                _ => ChildStep::Exec,
-            };
-            Err(ProcessError::Child {
-                step,
-                program,
-                source,
-            })
+    let pid = cloned.map_err(|source| ProcessError::Syscall {
+        syscall: "clone",
+        source,
+    })?;
+    // The child has exec'd or exited (CLONE_VFORK): what it reported is complete.
+    let failure = match report {
+        None => decode_failure(plan.failed.load(Ordering::Acquire)),
+        Some((read, write)) => {
+            drop(write);
+            let mut word = [0u8; 4];
+            match rustix::io::read(&read, &mut word) {
+                Ok(4) => decode_failure(i32::from_le_bytes(word)),
+                _ => None,
+            }
         }
+    };
+    drop(spec.stdio);
+    let Some((step, errno)) = failure else {
+        return Ok(pid as u32);
+    };
+    // Reaped here, like `std::process::Command` does: the pid never reaches the caller.
+    if let Some(pid) = rustix::process::Pid::from_raw(pid) {
+        while let Err(Errno::INTR) = rustix::process::waitpid(Some(pid), WaitOptions::empty()) {}
     }
+    Err(ProcessError::Child {
+        step,
+        program,
+        source: std::io::Error::from_raw_os_error(errno),
+    })
+}
+
+fn decode_failure(word: i32) -> Option<(ChildStep, i32)> {
+    let step = ChildStep::from_byte((word >> 16) as u8)?;
+    Some((step, word & 0xffff))
 }
 
 fn parent_err(syscall: &'static str, errno: Errno) -> ProcessError {
@@ -311,93 +386,413 @@ fn parent_err(syscall: &'static str, errno: Errno) -> ProcessError {
     }
 }
 
-impl ChildPlan {
-    /// Runs in the child: the numbered steps of the module docs.
-    fn apply(&self) -> std::io::Result<()> {
-        let step = |step: ChildStep, result: Result<(), Errno>| self.check(step, result);
+/// The child's stack: its setup steps and `execve` (a few frames of raw syscalls).
+const STACK_SIZE: usize = 64 * 1024;
+
+/// Clones the child that runs `plan` and waits until it has exec'd or exited (`CLONE_VFORK`).
+fn clone_child(plan: &ChildPlan<'_>, mode: CloneMode) -> std::io::Result<libc::pid_t> {
+    // Not initialised (the child writes before it reads, like any stack): zeroing it would
+    // fault in pages the child never touches.
+    let mut stack: Vec<u8> = Vec::with_capacity(STACK_SIZE);
+    // The stack grows down from its (16-byte aligned) end.
+    let top = (stack.as_mut_ptr() as usize + STACK_SIZE) & !15;
+    let flags = match mode {
+        CloneMode::Shared => libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+        CloneMode::Copy => libc::CLONE_VFORK | libc::SIGCHLD,
+    };
+    // Every signal blocked across the clone: the child inherits the mask and keeps it until
+    // it has set the caught signals back to their defaults, so no handler of the caller's
+    // runs in it.
+    // SAFETY: all-zero is a valid (empty) `sigset_t`, filled in below.
+    let (mut all, mut old): (libc::sigset_t, libc::sigset_t) =
+        unsafe { (std::mem::zeroed(), std::mem::zeroed()) };
+    // SAFETY: both sets are valid `sigset_t` values owned by this frame.
+    unsafe {
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+    }
+    // SAFETY: `child_main` only reads `plan` (and what it points to, all alive in the
+    // caller's frame until this returns: CLONE_VFORK suspends this thread until the child has
+    // exec'd or exited) and writes `plan.failed` and the script slot, both made for it; it
+    // runs on `stack`, which outlives it for the same reason.
+    let pid = unsafe {
+        libc::clone(
+            child_main,
+            top as *mut libc::c_void,
+            flags,
+            plan as *const ChildPlan<'_> as *mut libc::c_void,
+        )
+    };
+    let clone_error = std::io::Error::last_os_error();
+    // SAFETY: `old` is the mask saved above.
+    unsafe {
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+    }
+    drop(stack);
+    if pid < 0 {
+        return Err(clone_error);
+    }
+    Ok(pid)
+}
+
+/// The child, between the clone and its exec.
+extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `arg` is the caller's `ChildPlan`, alive until this child execs or exits.
+    let plan = unsafe { &*(arg as *const ChildPlan<'_>) };
+    let (step, errno) = plan.apply();
+    let word = (step as i32) << 16 | (errno & 0xffff).max(1);
+    plan.failed.store(word, Ordering::Release);
+    if let Some(fd) = plan.report {
+        let bytes = word.to_le_bytes();
+        // SAFETY: write(2) of a local buffer to the inherited report pipe.
+        let _ = unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
+    }
+    // SAFETY: _exit ends only this child; no atexit handler runs on the shared memory.
+    unsafe { libc::_exit(127) }
+}
+
+impl ChildPlan<'_> {
+    /// Runs in the child: the numbered steps of the module docs, then the exec. Returns only
+    /// on failure: the step and its errno.
+    fn apply(&self) -> (ChildStep, i32) {
+        macro_rules! step {
+            ($step:expr, $result:expr) => {
+                if let Err(errno) = $result {
+                    return ($step, errno.raw_os_error());
+                }
+            };
+        }
+        reset_signals(self.reset_signals);
+        step!(ChildStep::Stdio, place_stdio(self.stdio));
         if let Some(ns) = self.mount_ns {
             // SAFETY: the descriptor is open: the parent holds it until `spawn` returns.
             let ns = unsafe { BorrowedFd::borrow_raw(ns) };
-            step(
+            step!(
                 ChildStep::MountNamespace,
                 rustix::thread::move_into_link_name_space(
                     ns,
                     Some(rustix::thread::LinkNameSpaceType::Mount),
-                ),
-            )?;
+                )
+            );
         }
-        step(ChildStep::Setsid, rustix::process::setsid().map(drop))?;
+        step!(ChildStep::Setsid, rustix::process::setsid());
         if self.controlling_tty {
-            // SAFETY: fd 0 is open in the child: std dup2'd the PTY slave onto it.
+            // SAFETY: fd 0 is open in the child: the PTY slave was placed there.
             let stdin = unsafe { BorrowedFd::borrow_raw(0) };
-            step(
+            step!(
                 ChildStep::ControllingTty,
-                rustix::process::ioctl_tiocsctty(stdin),
-            )?;
+                rustix::process::ioctl_tiocsctty(stdin)
+            );
         }
-        step(ChildStep::CloseFds, cloexec_from(3))?;
+        step!(ChildStep::CloseFds, cloexec_from(3));
         if self.drop_capabilities {
-            step(ChildStep::BoundingSet, empty_bounding_set())?;
-            step(
+            step!(ChildStep::BoundingSet, empty_bounding_set());
+            step!(
                 ChildStep::AmbientCaps,
-                rustix::thread::clear_ambient_capability_set(),
-            )?;
+                rustix::thread::clear_ambient_capability_set()
+            );
         }
         if let Some((uid, gid, groups)) = &self.identity {
             if let Some(groups) = groups {
-                step(
+                step!(
                     ChildStep::Setgroups,
-                    rustix::thread::set_thread_groups(groups),
-                )?;
+                    rustix::thread::set_thread_groups(groups)
+                );
             }
-            step(
+            step!(
                 ChildStep::Setresgid,
-                rustix::thread::set_thread_res_gid(*gid, *gid, *gid),
-            )?;
-            step(
+                rustix::thread::set_thread_res_gid(*gid, *gid, *gid)
+            );
+            step!(ChildStep::NotDumpable, not_dumpable());
+            step!(
                 ChildStep::Setresuid,
-                rustix::thread::set_thread_res_uid(*uid, *uid, *uid),
-            )?;
+                rustix::thread::set_thread_res_uid(*uid, *uid, *uid)
+            );
+            step!(ChildStep::NotDumpable, not_dumpable());
         }
-        step(
-            ChildStep::Chdir,
-            rustix::process::chdir(self.cwd.as_c_str()),
-        )?;
+        step!(ChildStep::Chdir, rustix::process::chdir(self.cwd));
         if self.drop_capabilities {
             let empty = CapabilitySets {
                 effective: CapabilitySet::empty(),
                 permitted: CapabilitySet::empty(),
                 inheritable: CapabilitySet::empty(),
             };
-            step(
+            step!(
                 ChildStep::Capset,
-                rustix::thread::set_capabilities(None, empty),
-            )?;
+                rustix::thread::set_capabilities(None, empty)
+            );
         }
         if self.withhold_setfcap {
-            step(ChildStep::BoundingSet, withhold(CapabilitySet::SETFCAP))?;
+            step!(ChildStep::BoundingSet, withhold(CapabilitySet::SETFCAP));
         }
         if self.no_new_privs {
-            step(
+            step!(
                 ChildStep::NoNewPrivs,
-                rustix::thread::set_no_new_privs(true),
-            )?;
+                rustix::thread::set_no_new_privs(true)
+            );
         }
-        if let Some(program) = &self.seccomp {
-            step(ChildStep::Seccomp, install_seccomp(program))?;
+        if let Some(program) = self.seccomp {
+            step!(ChildStep::Seccomp, install_seccomp(program));
         }
-        Ok(())
+        (ChildStep::Exec, self.exec.exec())
+    }
+}
+
+/// `PR_SET_DUMPABLE = 0` again after an identity switch: `commit_creds` set the memory's
+/// dumpable flag to `fs.suid_dumpable`, and in [`CloneMode::Shared`] that memory is the
+/// caller's (see the module docs, "Memory").
+fn not_dumpable() -> Result<(), Errno> {
+    rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)
+}
+
+/// Sets the signals in `set` back to their default disposition, then unblocks every signal
+/// (the mask the new program starts with, as `std::process::Command` leaves it).
+fn reset_signals(set: u64) {
+    // SAFETY: sigaction/sigprocmask on this process (its own signal handlers: no
+    // CLONE_SIGHAND) with valid, zero-initialised structures; the numbers are valid signals
+    // or rejected harmlessly (EINVAL for SIGKILL/SIGSTOP, none of which is in `set`).
+    unsafe {
+        let mut dfl: libc::sigaction = std::mem::zeroed();
+        dfl.sa_sigaction = libc::SIG_DFL;
+        for sig in 1..64 {
+            if set & (1 << sig) != 0 {
+                libc::sigaction(sig, &dfl, std::ptr::null_mut());
+            }
+        }
+        let mut empty: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut empty);
+        libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+    }
+}
+
+/// `dup2` of each descriptor onto 0, 1 and 2 (which clears their close-on-exec flag); a
+/// source below 3 is first moved above 2, so that no placement clobbers a later source.
+fn place_stdio(stdio: [RawFd; 3]) -> Result<(), Errno> {
+    let mut sources = stdio;
+    for source in &mut sources {
+        if *source < 3 {
+            // SAFETY: fcntl(F_DUPFD_CLOEXEC) on a descriptor of this process (its own table).
+            let moved = unsafe { libc::fcntl(*source, libc::F_DUPFD_CLOEXEC, 3) };
+            if moved < 0 {
+                return Err(Errno::from_raw_os_error(super::probe::errno()));
+            }
+            *source = moved;
+        }
+    }
+    for (target, source) in sources.into_iter().enumerate() {
+        // SAFETY: dup2 between descriptors of this process (no CLONE_FILES).
+        if unsafe { libc::dup2(source, target as RawFd) } < 0 {
+            return Err(Errno::from_raw_os_error(super::probe::errno()));
+        }
+    }
+    Ok(())
+}
+
+/// The program, its arguments and environment, and where `execve` is tried: glibc's `execvp`
+/// (what `std::process::Command` runs) on data prepared before the clone, with the `PATH` of
+/// the new environment.
+struct ExecPlan {
+    /// Owners of the strings `argv` and `envp` point into.
+    _strings: Vec<CString>,
+    argv: Vec<*const libc::c_char>,
+    envp: Vec<*const libc::c_char>,
+    /// `/bin/sh FILE ARGS…`, for a file `execve` rejects as not executable (ENOEXEC) (slot 1
+    /// is written by the child; atomic pointers have the layout of plain ones).
+    script_argv: Vec<AtomicPtr<libc::c_char>>,
+    /// The paths tried in order: the program itself when it has a `/`, else one per `PATH`
+    /// entry.
+    candidates: Vec<CString>,
+    /// Whether the candidates are a `PATH` search (try on after a missing or denied one).
+    search: bool,
+}
+
+/// glibc's `_PATH_BSHELL`.
+const SCRIPT_SHELL: &CStr = c"/bin/sh";
+/// glibc's `_CS_PATH`: the search path when the environment has no `PATH`.
+const DEFAULT_SEARCH_PATH: &str = "/bin:/usr/bin";
+/// glibc's bound on the `PATH` it searches (`PATH_MAX`).
+const PATH_MAX: usize = 4096;
+
+impl ExecPlan {
+    fn new(argv: &[String], env: &[(String, String)]) -> Result<Self, ProcessError> {
+        let nul = |what| move |_| ProcessError::Nul { what };
+        let args = argv
+            .iter()
+            .map(|a| CString::new(a.as_bytes()))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(nul("argv"))?;
+        // Later entries win, sorted by name: the environment `std::process::Command` built.
+        let vars: BTreeMap<&str, &str> =
+            env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let vars_c = vars
+            .iter()
+            .map(|(k, v)| CString::new(format!("{k}={v}")))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(nul("environment"))?;
+        let file = args.first().ok_or(ProcessError::EmptyArgv)?.as_bytes();
+        let search = !file.contains(&b'/');
+        let candidates = match (file.is_empty(), search) {
+            (true, _) => Vec::new(),
+            (false, false) => vec![args[0].clone()],
+            (false, true) => {
+                let path = vars.get("PATH").copied().unwrap_or(DEFAULT_SEARCH_PATH);
+                search_candidates(file, path.as_bytes())
+            }
+        };
+        let ptr = |s: &CString| s.as_ptr();
+        let mut argv_p: Vec<*const libc::c_char> = args.iter().map(ptr).collect();
+        argv_p.push(std::ptr::null());
+        let mut envp: Vec<*const libc::c_char> = vars_c.iter().map(ptr).collect();
+        envp.push(std::ptr::null());
+        let mut script_argv = vec![
+            AtomicPtr::new(SCRIPT_SHELL.as_ptr().cast_mut()),
+            AtomicPtr::new(std::ptr::null_mut()),
+        ];
+        script_argv.extend(
+            args[1..]
+                .iter()
+                .map(|a| AtomicPtr::new(a.as_ptr().cast_mut())),
+        );
+        script_argv.push(AtomicPtr::new(std::ptr::null_mut()));
+        let mut strings = args;
+        strings.extend(vars_c);
+        Ok(Self {
+            _strings: strings,
+            argv: argv_p,
+            envp,
+            script_argv,
+            candidates,
+            search,
+        })
     }
 
-    /// On failure, reports the step to the parent and converts the errno.
-    fn check(&self, step: ChildStep, result: Result<(), Errno>) -> std::io::Result<()> {
-        result.map_err(|errno| {
-            let byte = [step as u8];
-            // SAFETY: `report` is the write end of a pipe owned by the parent and inherited by
-            // this child; write(2) is async-signal-safe. A short write only loses the step name.
-            let _ = unsafe { libc::write(self.report, byte.as_ptr().cast(), 1) };
-            std::io::Error::from_raw_os_error(errno.raw_os_error())
+    /// Runs in the child: `execvp`'s tries. Returns only when none succeeded: the errno
+    /// `execvp` would have left (EACCES when any candidate was denied, else the last one's).
+    fn exec(&self) -> i32 {
+        let mut got_eacces = false;
+        let mut last = libc::ENOENT;
+        for candidate in &self.candidates {
+            let mut errno = self.execve(candidate.as_ptr(), self.argv.as_ptr());
+            if errno == libc::ENOEXEC {
+                // A file without `#!` is run by the shell, as glibc does.
+                self.script_argv[1].store(candidate.as_ptr().cast_mut(), Ordering::Relaxed);
+                errno = self.execve(
+                    SCRIPT_SHELL.as_ptr(),
+                    // `AtomicPtr<T>` has the in-memory representation of `*mut T`.
+                    self.script_argv.as_ptr().cast(),
+                );
+                if !self.search {
+                    return errno;
+                }
+                last = errno;
+                got_eacces |= errno == libc::EACCES;
+                continue;
+            }
+            if !self.search {
+                return errno;
+            }
+            match errno {
+                libc::EACCES => got_eacces = true,
+                libc::ENOENT | libc::ESTALE | libc::ENOTDIR | libc::ENODEV | libc::ETIMEDOUT => {}
+                // Found, but something else went wrong executing it.
+                _ => return errno,
+            }
+            last = errno;
+        }
+        if got_eacces {
+            libc::EACCES
+        } else {
+            last
+        }
+    }
+
+    fn execve(&self, path: *const libc::c_char, argv: *const *const libc::c_char) -> i32 {
+        // SAFETY: NUL-terminated C strings and NULL-terminated vectors prepared by the parent,
+        // alive until the child execs or exits.
+        unsafe { libc::execve(path, argv, self.envp.as_ptr()) };
+        super::probe::errno()
+    }
+}
+
+/// The paths glibc's `execvp` tries for `file` (which has no `/`) on `path`, in order: each
+/// entry followed by `/file`, an empty entry meaning the working directory. Like glibc, an
+/// entry as long as the bounded `PATH` is skipped (and the `:` after it read as an empty entry).
+fn search_candidates(file: &[u8], path: &[u8]) -> Vec<CString> {
+    let bound = path.len().min(PATH_MAX - 1) + 1;
+    let mut out = Vec::new();
+    let mut start = 0;
+    loop {
+        let end = path[start..]
+            .iter()
+            .position(|&b| b == b':')
+            .map_or(path.len(), |i| start + i);
+        if end - start >= bound {
+            if end == path.len() {
+                break;
+            }
+            start = end;
+            continue;
+        }
+        let mut candidate = path[start..end].to_vec();
+        if end > start {
+            candidate.push(b'/');
+        }
+        candidate.extend_from_slice(file);
+        if let Ok(candidate) = CString::new(candidate) {
+            out.push(candidate);
+        }
+        if end == path.len() {
+            break;
+        }
+        start = end + 1;
+    }
+    out
+}
+
+/// `/proc/sys/fs/suid_dumpable`, opened once (see [`hold_suid_dumpable`]); `None` when it
+/// could not be opened.
+static SUID_DUMPABLE: OnceLock<Option<OwnedFd>> = OnceLock::new();
+
+/// Opens `/proc/sys/fs/suid_dumpable` for [`spawn`], which reads it before each spawn. Call it
+/// before the root filesystem hides the host's `/proc` (the guest's PID 1 does so during
+/// setup); without it, the first spawn opens it, and where it cannot be read every spawn
+/// copies the caller's memory.
+pub fn hold_suid_dumpable() {
+    let _ = suid_dumpable_fd();
+}
+
+fn suid_dumpable_fd() -> Option<&'static OwnedFd> {
+    SUID_DUMPABLE
+        .get_or_init(|| {
+            rustix::fs::open(
+                c"/proc/sys/fs/suid_dumpable",
+                rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
+                rustix::fs::Mode::empty(),
+            )
+            .ok()
         })
+        .as_ref()
+}
+
+/// Shared memory unless an identity switch could make it dumpable by other processes.
+fn clone_mode() -> CloneMode {
+    let Some(fd) = suid_dumpable_fd() else {
+        return CloneMode::Copy;
+    };
+    let mut buf = [0u8; 8];
+    match rustix::io::pread(fd, &mut buf, 0) {
+        Ok(n) => mode_for(&buf[..n]),
+        Err(_) => CloneMode::Copy,
+    }
+}
+
+/// The mode for a reading of `fs.suid_dumpable`: 0 (the switch makes the memory
+/// non-dumpable) and 2 (dumpable by root of its user namespace only, i.e. the host's) keep
+/// PID 1 out of reach; 1, or anything unknown, would not.
+fn mode_for(setting: &[u8]) -> CloneMode {
+    match setting.trim_ascii() {
+        b"0" | b"2" => CloneMode::Shared,
+        _ => CloneMode::Copy,
     }
 }
 
@@ -519,6 +914,9 @@ fn install_seccomp(program: &seccompiler::BpfProgram) -> Result<(), Errno> {
 
 /// Write end of the signal self-pipe; `-1` until [`install_signal_pipe`] runs.
 static SIGNAL_PIPE: AtomicI32 = AtomicI32::new(-1);
+/// The signals [`install_signal_pipe`] caught (bit `n` for signal `n`): [`spawn`]'s child sets
+/// them back to their defaults before it unblocks signals.
+static CAUGHT_SIGNALS: AtomicU64 = AtomicU64::new(0);
 
 extern "C" fn on_signal(signal: libc::c_int) {
     let fd = SIGNAL_PIPE.load(Ordering::Relaxed);
@@ -550,6 +948,7 @@ pub fn install_signal_pipe(signals: &[libc::c_int]) -> Result<OwnedFd, ProcessEr
         let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
         action.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as usize;
         action.sa_flags = libc::SA_RESTART | libc::SA_NOCLDSTOP;
+        CAUGHT_SIGNALS.fetch_or(1u64 << (signal as u32 & 63), Ordering::Relaxed);
         // SAFETY: `action` is fully initialised; sigaction has no other memory effects.
         let rc = unsafe { libc::sigaction(signal, &action, std::ptr::null_mut()) };
         if rc != 0 {
@@ -585,23 +984,48 @@ pub fn pending_signals() -> std::io::Result<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Read;
+    use std::os::unix::fs::PermissionsExt;
 
     fn run(
         argv: &[&str],
         identity: Identity,
         confinement: &Confinement,
     ) -> Result<(i32, String), ProcessError> {
+        run_in(
+            argv,
+            &[("PATH", "/usr/bin:/bin")],
+            "/",
+            identity,
+            confinement,
+            clone_mode(),
+        )
+    }
+
+    /// Runs `argv` with exactly `env`, in `cwd`, in clone mode `mode`; its exit code and
+    /// stdout+stderr.
+    fn run_in(
+        argv: &[&str],
+        env: &[(&str, &str)],
+        cwd: &str,
+        identity: Identity,
+        confinement: &Confinement,
+        mode: CloneMode,
+    ) -> Result<(i32, String), ProcessError> {
         let (read, write) = pipe_with(PipeFlags::CLOEXEC).unwrap();
         let null = std::fs::File::open("/dev/null").unwrap();
         let spec = SpawnSpec {
             argv: argv.iter().map(|s| s.to_string()).collect(),
-            env: vec![("PATH".into(), "/usr/bin:/bin".into())],
-            cwd: "/".into(),
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            cwd: cwd.into(),
             stdio: [null.into(), rustix::io::dup(&write).unwrap(), write],
             controlling_tty: false,
             identity,
         };
-        let pid = spawn(spec, confinement)?;
+        let pid = spawn_as(spec, confinement, mode)?;
         let mut out = String::new();
         std::fs::File::from(read).read_to_string(&mut out).unwrap();
         let pid = rustix::process::Pid::from_raw(pid as i32).unwrap();
@@ -783,23 +1207,55 @@ mod tests {
             no_new_privs: true,
             ..Confinement::default()
         };
-        let (_read, write) = pipe_with(PipeFlags::CLOEXEC).unwrap();
-        let spec = SpawnSpec {
-            argv: vec!["true".into()],
-            env: vec![("PATH".into(), "/usr/bin:/bin".into())],
-            cwd: "/nonexistent/airlock-cwd".into(),
-            stdio: [
-                rustix::io::dup(&write).unwrap(),
-                rustix::io::dup(&write).unwrap(),
-                write,
-            ],
-            controlling_tty: false,
-            identity: Identity::Inherit,
-        };
-        match spawn(spec, &spec_cwd).unwrap_err() {
+        for mode in [CloneMode::Shared, CloneMode::Copy] {
+            let err = run_in(
+                &["true"],
+                &[("PATH", "/usr/bin:/bin")],
+                "/nonexistent/airlock-cwd",
+                Identity::Inherit,
+                &spec_cwd,
+                mode,
+            )
+            .unwrap_err();
+            match err {
+                ProcessError::Child { step, source, .. } => {
+                    assert_eq!(step, ChildStep::Chdir, "{mode:?}");
+                    assert_eq!(source.raw_os_error(), Some(libc::ENOENT), "{mode:?}");
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+
+    /// A directory with `name` holding `body` in mode `mode` (none when `body` is `None`: a
+    /// directory of that name instead).
+    fn dir_with(name: &str, body: Option<&str>, mode: u32) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(name);
+        match body {
+            Some(body) => {
+                std::fs::write(&path, body).unwrap();
+                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+            }
+            None => std::fs::create_dir(&path).unwrap(),
+        }
+        dir
+    }
+
+    fn exec_errno(argv: &[&str], path: &str) -> i32 {
+        let err = run_in(
+            argv,
+            &[("PATH", path)],
+            "/",
+            Identity::Inherit,
+            &Confinement::default(),
+            clone_mode(),
+        )
+        .unwrap_err();
+        match err {
             ProcessError::Child { step, source, .. } => {
-                assert_eq!(step, ChildStep::Chdir);
-                assert_eq!(source.raw_os_error(), Some(libc::ENOENT));
+                assert_eq!(step, ChildStep::Exec, "{source}");
+                source.raw_os_error().unwrap()
             }
             other => panic!("{other:?}"),
         }
@@ -824,5 +1280,182 @@ mod tests {
         })
         .join()
         .unwrap();
+    }
+
+    fn dir(t: &tempfile::TempDir) -> &str {
+        t.path().to_str().unwrap()
+    }
+
+    #[test]
+    fn a_command_on_no_path_entry_is_not_found() {
+        let empty = tempfile::tempdir().unwrap();
+        let path = format!("{}:/nonexistent/airlock:{}", dir(&empty), "/usr/bin");
+        assert_eq!(
+            exec_errno(&["airlock-no-such-command"], &path),
+            libc::ENOENT
+        );
+        assert_eq!(exec_errno(&[""], "/usr/bin"), libc::ENOENT);
+    }
+
+    #[test]
+    fn a_file_without_execute_permission_is_denied_even_when_later_entries_lack_it() {
+        let denied = dir_with("tool", Some("#!/bin/sh\necho no\n"), 0o644);
+        let empty = tempfile::tempdir().unwrap();
+        let path = format!("{}:{}", dir(&denied), dir(&empty));
+        assert_eq!(exec_errno(&["tool"], &path), libc::EACCES);
+        let direct = format!("{}/tool", dir(&denied));
+        assert_eq!(exec_errno(&[direct.as_str()], "/usr/bin"), libc::EACCES);
+    }
+
+    #[test]
+    fn a_directory_on_the_path_is_denied() {
+        let holder = dir_with("tool", None, 0);
+        assert_eq!(exec_errno(&["tool"], dir(&holder)), libc::EACCES);
+        assert_eq!(exec_errno(&[dir(&holder)], "/usr/bin"), libc::EACCES);
+    }
+
+    #[test]
+    fn the_search_goes_on_past_a_denied_file_to_an_executable_one() {
+        let denied = dir_with("tool", Some("#!/bin/sh\necho first\n"), 0o644);
+        let runs = dir_with("tool", Some("#!/bin/sh\necho second \"$@\"\n"), 0o755);
+        let path = format!("{}:{}", dir(&denied), dir(&runs));
+        for mode in [CloneMode::Shared, CloneMode::Copy] {
+            let (code, out) = run_in(
+                &["tool", "arg"],
+                &[("PATH", &path)],
+                "/",
+                Identity::Inherit,
+                &Confinement::default(),
+                mode,
+            )
+            .unwrap();
+            assert_eq!((code, out.as_str()), (0, "second arg\n"), "{mode:?}");
+        }
+    }
+
+    #[test]
+    fn a_file_without_an_interpreter_line_is_run_by_the_shell() {
+        let script = dir_with("tool", Some("echo scripted \"$0\" \"$1\"\n"), 0o755);
+        let (code, out) = run_in(
+            &["tool", "one"],
+            &[("PATH", dir(&script))],
+            "/",
+            Identity::Inherit,
+            &Confinement::default(),
+            clone_mode(),
+        )
+        .unwrap();
+        let expected = format!("scripted {}/tool one\n", dir(&script));
+        assert_eq!((code, out), (0, expected));
+    }
+
+    #[test]
+    fn an_empty_path_entry_is_the_working_directory_and_no_path_is_bin_and_usr_bin() {
+        let here = dir_with("tool", Some("#!/bin/sh\necho here\n"), 0o755);
+        let (code, out) = run_in(
+            &["tool"],
+            &[("PATH", "/nonexistent/airlock:")],
+            dir(&here),
+            Identity::Inherit,
+            &Confinement::default(),
+            clone_mode(),
+        )
+        .unwrap();
+        assert_eq!((code, out.as_str()), (0, "here\n"));
+        let (code, out) = run_in(
+            &["sh", "-c", "echo found"],
+            &[],
+            "/",
+            Identity::Inherit,
+            &Confinement::default(),
+            clone_mode(),
+        )
+        .unwrap();
+        assert_eq!((code, out.as_str()), (0, "found\n"));
+    }
+
+    #[test]
+    fn search_candidates_follow_glibc() {
+        let c = |file: &str, path: &str| -> Vec<String> {
+            search_candidates(file.as_bytes(), path.as_bytes())
+                .into_iter()
+                .map(|c| c.into_string().unwrap())
+                .collect()
+        };
+        assert_eq!(c("ls", "/a:/b/"), ["/a/ls", "/b//ls"]);
+        assert_eq!(c("ls", ""), ["ls"]);
+        assert_eq!(c("ls", ":/a:"), ["ls", "/a/ls", "ls"]);
+    }
+
+    #[test]
+    fn memory_is_shared_only_where_an_id_switch_keeps_it_out_of_reach() {
+        assert_eq!(mode_for(b"0\n"), CloneMode::Shared);
+        assert_eq!(mode_for(b"2\n"), CloneMode::Shared);
+        assert_eq!(mode_for(b"1\n"), CloneMode::Copy);
+        assert_eq!(mode_for(b""), CloneMode::Copy);
+        assert_eq!(mode_for(b"3\n"), CloneMode::Copy);
+    }
+
+    #[test]
+    fn the_caller_stays_non_dumpable_across_a_childs_identity_switch() {
+        if !airlock_testkit::needs_root("switching identity needs CAP_SETUID/CAP_SETGID") {
+            return;
+        }
+        use rustix::process::{dumpable_behavior, set_dumpable_behavior, DumpableBehavior};
+        set_dumpable_behavior(DumpableBehavior::NotDumpable).unwrap();
+        let identity = Identity::Switch {
+            uid: 65534,
+            gid: 65534,
+            groups: Some(vec![]),
+        };
+        for mode in [CloneMode::Shared, CloneMode::Copy] {
+            let (code, out) = run_in(
+                &["id", "-u"],
+                &[("PATH", "/usr/bin:/bin")],
+                "/",
+                identity.clone(),
+                &Confinement::default(),
+                mode,
+            )
+            .unwrap();
+            assert_eq!((code, out.as_str()), (0, "65534\n"), "{mode:?}");
+            let after = dumpable_behavior().unwrap();
+            assert_eq!(after, DumpableBehavior::NotDumpable, "{mode:?}");
+        }
+        set_dumpable_behavior(DumpableBehavior::Dumpable).unwrap();
+    }
+
+    #[test]
+    fn the_child_starts_with_an_empty_mask_and_default_sigpipe() {
+        let mut set: libc::sigset_t = unsafe_zeroed();
+        let mut old: libc::sigset_t = unsafe_zeroed();
+        // SAFETY: valid sigsets owned by this frame; the mask is restored below.
+        unsafe {
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, libc::SIGINT);
+            libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
+        }
+        let (code, out) = run(
+            &["grep", "-E", "^(SigBlk|SigIgn):", "/proc/self/status"],
+            Identity::Inherit,
+            &Confinement::default(),
+        )
+        .unwrap();
+        // SAFETY: restores the mask saved above.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+        assert_eq!(code, 0, "{out}");
+        for line in out.lines() {
+            let (name, mask) = line.split_once(':').unwrap();
+            let mask = u64::from_str_radix(mask.trim(), 16).unwrap();
+            match name {
+                "SigIgn" => assert_eq!(mask & (1 << (libc::SIGPIPE - 1)), 0, "SIGPIPE ignored"),
+                _ => assert_eq!(mask, 0, "the child started with blocked signals"),
+            }
+        }
+    }
+
+    fn unsafe_zeroed() -> libc::sigset_t {
+        // SAFETY: `sigset_t` is a plain bit array; all-zero is the empty set.
+        unsafe { std::mem::zeroed() }
     }
 }

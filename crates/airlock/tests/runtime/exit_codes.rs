@@ -23,6 +23,18 @@ fn exit_1_when_the_operation_fails_because_no_sandbox_is_running() {
     run.assert_code(1);
 }
 
+/// The shell's codes for a command that could not be started: 127 when no `PATH` entry has
+/// it, 126 when it was found but cannot be executed (no execute permission, a directory).
+#[test]
+fn exit_127_for_a_command_not_found_and_126_for_one_that_cannot_be_executed() {
+    let rt = Rt::invoker();
+    rt.run_args(&["run", "--", "airlock-no-such-command"], None)
+        .assert_code(127);
+    rt.run_args(&["run", "--", "/etc/passwd"], None)
+        .assert_code(126);
+    rt.run_args(&["run", "--", "/etc"], None).assert_code(126);
+}
+
 #[test]
 fn exit_2_for_a_usage_error() {
     let rt = Rt::invoker();

@@ -17,9 +17,10 @@
 //!    needs step 2 (only a session leader without a terminal may acquire one).
 //! 4. `close_range(3, ~0, CLOSE_RANGE_CLOEXEC)`: every descriptor but 0/1/2 is marked
 //!    close-on-exec, so none survives `execve` (PRODUCT I7).
-//! 5. Capability bounding set emptied and ambient set cleared (when dropping capabilities).
-//!    This must precede step 6: `PR_CAPBSET_DROP` needs `CAP_SETPCAP`, which switching to a
-//!    non-zero uid removes.
+//! 5. Capability bounding set emptied (one `PR_CAPBSET_DROP` per capability of the caller's
+//!    bounding set, read once per process) and ambient set cleared (when dropping
+//!    capabilities). This must precede step 6: `PR_CAPBSET_DROP` needs `CAP_SETPCAP`, which
+//!    switching to a non-zero uid removes.
 //! 6. Identity: `setgroups`, `setresgid`, `setresuid` (raw per-thread syscalls, never libc's
 //!    set*id, which signal every thread of the caller), each id switch followed by
 //!    `PR_SET_DUMPABLE = 0` (see "Memory"). Groups before gid before uid, since each step
@@ -266,6 +267,9 @@ struct ChildPlan<'a> {
     controlling_tty: bool,
     /// Signals set back to their default disposition (bit `n` for signal `n`).
     reset_signals: u64,
+    /// Capabilities dropped from the bounding set (bit `n` for capability `n`); only when
+    /// dropping capabilities.
+    bounding: Option<u64>,
     drop_capabilities: bool,
     withhold_setfcap: bool,
     no_new_privs: bool,
@@ -327,6 +331,7 @@ fn spawn_as(
             | 1 << libc::SIGPIPE
             | 1 << libc::SIGSEGV
             | 1 << libc::SIGBUS,
+        bounding: confinement.drop_capabilities.then(bounding_set),
         drop_capabilities: confinement.drop_capabilities,
         withhold_setfcap: confinement.withhold_setfcap && !confinement.drop_capabilities,
         no_new_privs: confinement.no_new_privs || confinement.seccomp.is_some(),
@@ -485,8 +490,8 @@ impl ChildPlan<'_> {
             );
         }
         step!(ChildStep::CloseFds, cloexec_from(3));
-        if self.drop_capabilities {
-            step!(ChildStep::BoundingSet, empty_bounding_set());
+        if let Some(bounding) = self.bounding {
+            step!(ChildStep::BoundingSet, drop_bounding(bounding));
             step!(
                 ChildStep::AmbientCaps,
                 rustix::thread::clear_ambient_capability_set()
@@ -796,6 +801,44 @@ fn mode_for(setting: &[u8]) -> CloneMode {
     }
 }
 
+/// The capabilities of this process's bounding set (bit `n` for capability `n`), read once:
+/// the set only shrinks, so the first reading covers every later one (dropping a capability
+/// that is already gone succeeds).
+fn bounding_set() -> u64 {
+    static BOUNDING: OnceLock<u64> = OnceLock::new();
+    *BOUNDING.get_or_init(|| {
+        let mut set = 0u64;
+        for cap in 0..64u32 {
+            let one = CapabilitySet::from_bits_retain(1u64 << cap);
+            match rustix::thread::capability_is_in_bounding_set(one) {
+                Ok(true) => set |= 1u64 << cap,
+                Ok(false) => {}
+                Err(Errno::INVAL) => return set,
+                // Unknown: every number is dropped, up to the first the kernel rejects.
+                Err(_) => return u64::MAX,
+            }
+        }
+        set
+    })
+}
+
+/// Drops the capabilities in `set` from the bounding set (one `PR_CAPBSET_DROP` each); a
+/// number past `cap_last_cap` ends the list.
+fn drop_bounding(set: u64) -> Result<(), Errno> {
+    for cap in 0..64u32 {
+        if set & (1u64 << cap) == 0 {
+            continue;
+        }
+        let one = CapabilitySet::from_bits_retain(1u64 << cap);
+        match rustix::thread::remove_capability_from_bounding_set(one) {
+            Ok(()) => {}
+            Err(Errno::INVAL) => return Ok(()),
+            Err(errno) => return Err(errno),
+        }
+    }
+    Ok(())
+}
+
 /// Marks every descriptor `>= first` close-on-exec.
 fn cloexec_from(first: libc::c_uint) -> Result<(), Errno> {
     // SAFETY: close_range with CLOSE_RANGE_CLOEXEC only sets a flag on this process's own
@@ -870,21 +913,6 @@ fn withhold(cap: CapabilitySet) -> Result<(), Errno> {
     sets.permitted.remove(cap);
     sets.inheritable.remove(cap);
     rustix::thread::set_capabilities(None, sets)
-}
-
-/// Drops every capability the kernel knows from the bounding set; stops at the first number
-/// the kernel rejects as invalid (past `cap_last_cap`).
-fn empty_bounding_set() -> Result<(), Errno> {
-    for cap in 0..64u32 {
-        let set = CapabilitySet::from_bits_retain(1u64 << cap);
-        match rustix::thread::capability_is_in_bounding_set(set) {
-            Ok(false) => continue,
-            Ok(true) => rustix::thread::remove_capability_from_bounding_set(set)?,
-            Err(Errno::INVAL) => return Ok(()),
-            Err(errno) => return Err(errno),
-        }
-    }
-    Ok(())
 }
 
 /// `seccomp(SECCOMP_SET_MODE_FILTER, 0, &prog)` for the calling thread (the only thread of

@@ -391,53 +391,22 @@ fn parent_err(syscall: &'static str, errno: Errno) -> ProcessError {
     }
 }
 
-/// The child's stack: its setup steps and `execve` (a few frames of raw syscalls).
-const STACK_SIZE: usize = 64 * 1024;
-
 /// Clones the child that runs `plan` and waits until it has exec'd or exited (`CLONE_VFORK`).
 fn clone_child(plan: &ChildPlan<'_>, mode: CloneMode) -> std::io::Result<libc::pid_t> {
-    // Not initialised (the child writes before it reads, like any stack): zeroing it would
-    // fault in pages the child never touches.
-    let mut stack: Vec<u8> = Vec::with_capacity(STACK_SIZE);
-    // The stack grows down from its (16-byte aligned) end.
-    let top = (stack.as_mut_ptr() as usize + STACK_SIZE) & !15;
     let flags = match mode {
         CloneMode::Shared => libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
         CloneMode::Copy => libc::CLONE_VFORK | libc::SIGCHLD,
     };
-    // Every signal blocked across the clone: the child inherits the mask and keeps it until
-    // it has set the caught signals back to their defaults, so no handler of the caller's
-    // runs in it.
-    // SAFETY: all-zero is a valid (empty) `sigset_t`, filled in below.
-    let (mut all, mut old): (libc::sigset_t, libc::sigset_t) =
-        unsafe { (std::mem::zeroed(), std::mem::zeroed()) };
-    // SAFETY: both sets are valid `sigset_t` values owned by this frame.
-    unsafe {
-        libc::sigfillset(&mut all);
-        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
-    }
     // SAFETY: `child_main` only reads `plan` (and what it points to, all alive in the
-    // caller's frame until this returns: CLONE_VFORK suspends this thread until the child has
-    // exec'd or exited) and writes `plan.failed` and the script slot, both made for it; it
-    // runs on `stack`, which outlives it for the same reason.
-    let pid = unsafe {
-        libc::clone(
-            child_main,
-            top as *mut libc::c_void,
+    // caller's frame until this returns) and writes `plan.failed` and the script slot, both
+    // made for it; it sets the caught signals back to their defaults before it unblocks any.
+    unsafe {
+        super::spawn::clone_vfork(
             flags,
+            child_main,
             plan as *const ChildPlan<'_> as *mut libc::c_void,
         )
-    };
-    let clone_error = std::io::Error::last_os_error();
-    // SAFETY: `old` is the mask saved above.
-    unsafe {
-        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
     }
-    drop(stack);
-    if pid < 0 {
-        return Err(clone_error);
-    }
-    Ok(pid)
 }
 
 /// The child, between the clone and its exec.

@@ -75,7 +75,7 @@ struct ChildContext {
     failed: AtomicI32,
 }
 
-/// The child's stack: it runs a few libc calls and `execve`.
+/// The child's stack: it runs its setup steps (a few frames of raw syscalls) and `execve`.
 const STACK_SIZE: usize = 64 * 1024;
 
 /// Starts `req` (see the module docs). Fails with the child's own error when it could not join,
@@ -99,42 +99,16 @@ pub fn spawn(req: &SpawnRequest<'_>) -> std::io::Result<Spawned> {
         new_process_group: req.new_process_group,
         failed: AtomicI32::new(0),
     };
-    // Not initialised (the child writes before it reads, like any stack): zeroing it would
-    // fault in all its pages, of which the child touches a few at the top.
-    let mut stack: Vec<u8> = Vec::with_capacity(STACK_SIZE);
-    // The stack grows down from its (16-byte aligned) end.
-    let top = (stack.as_mut_ptr() as usize + STACK_SIZE) & !15;
-
-    // Every signal blocked across the clone: the child inherits the mask and keeps it until its
-    // exec, so none of airlock's handlers can run in it.
-    let mut all: libc::sigset_t = unsafe_zeroed_sigset();
-    let mut old: libc::sigset_t = unsafe_zeroed_sigset();
-    // SAFETY: both sets are valid, initialised `sigset_t` values owned by this frame.
-    unsafe {
-        libc::sigfillset(&mut all);
-        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
-    }
     // SAFETY: `child_main` only reads `ctx` (and the slices and strings it points to, all alive
     // in this frame until the clone returns: CLONE_VFORK suspends this thread until the child
-    // has exec'd or exited) and writes its own scratch slots and `failed`; it runs on `stack`,
-    // which outlives it for the same reason.
+    // has exec'd or exited) and writes its own scratch slots and `failed`.
     let pid = unsafe {
-        libc::clone(
-            child_main,
-            top as *mut libc::c_void,
+        clone_vfork(
             libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            child_main,
             &ctx as *const ChildContext as *mut libc::c_void,
         )
-    };
-    let clone_error = std::io::Error::last_os_error();
-    // SAFETY: `old` is the mask saved above.
-    unsafe {
-        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
-    }
-    drop(stack);
-    if pid < 0 {
-        return Err(clone_error);
-    }
+    }?;
     let mut child = Spawned { pid, status: None };
     let failed = ctx.failed.load(Ordering::Acquire);
     if failed != 0 {
@@ -147,6 +121,49 @@ pub fn spawn(req: &SpawnRequest<'_>) -> std::io::Result<Spawned> {
         ));
     }
     Ok(child)
+}
+
+/// Clones a child that runs `child_main(arg)` on a stack of its own and returns its pid once it
+/// has exec'd or exited. Every signal is blocked across the clone, so the child starts with
+/// the full mask and no handler of the caller's can run in it before it has reset its
+/// dispositions (its own: no `CLONE_SIGHAND`).
+///
+/// # Safety
+/// `flags` must hold `CLONE_VFORK` (the stack and `arg` live only until this returns) and not
+/// `CLONE_SIGHAND`, `CLONE_THREAD` or `CLONE_FILES`. With `CLONE_VM` the child shares the
+/// caller's memory: `child_main` may then only make async-signal-safe calls, allocate nothing,
+/// take no lock and write nothing of the caller's but what `arg` sets aside for it.
+pub(crate) unsafe fn clone_vfork(
+    flags: libc::c_int,
+    child_main: extern "C" fn(*mut libc::c_void) -> libc::c_int,
+    arg: *mut libc::c_void,
+) -> std::io::Result<libc::pid_t> {
+    // Not initialised (the child writes before it reads, like any stack): zeroing it would
+    // fault in all its pages, of which the child touches a few at the top.
+    let mut stack: Vec<u8> = Vec::with_capacity(STACK_SIZE);
+    // The stack grows down from its (16-byte aligned) end.
+    let top = (stack.as_mut_ptr() as usize + STACK_SIZE) & !15;
+    let mut all: libc::sigset_t = unsafe_zeroed_sigset();
+    let mut old: libc::sigset_t = unsafe_zeroed_sigset();
+    // SAFETY: both sets are valid, initialised `sigset_t` values owned by this frame.
+    unsafe {
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+    }
+    // SAFETY: the caller keeps `arg` valid and `child_main` within the rules above; the child
+    // runs on `stack`, which outlives it (CLONE_VFORK suspends this thread until its exec or
+    // exit).
+    let pid = unsafe { libc::clone(child_main, top as *mut libc::c_void, flags, arg) };
+    let clone_error = std::io::Error::last_os_error();
+    // SAFETY: `old` is the mask saved above.
+    unsafe {
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+    }
+    drop(stack);
+    if pid < 0 {
+        return Err(clone_error);
+    }
+    Ok(pid)
 }
 
 fn unsafe_zeroed_sigset() -> libc::sigset_t {

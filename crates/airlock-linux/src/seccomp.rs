@@ -97,6 +97,15 @@ pub enum When {
     Arg32HasBits { arg: u8, bits: u32 },
     /// The low 32 bits of argument `arg` are none of `allowed`.
     Arg32NotIn { arg: u8, allowed: &'static [u32] },
+    /// The low 32 bits of argument `arg` have all bits of `bits` set and those of argument
+    /// `if_arg` all bits of `if_bits` (a mode that counts only with a flag: open's mode is read
+    /// only with `O_CREAT` or `O_TMPFILE`).
+    Arg32HasBitsIf {
+        arg: u8,
+        bits: u32,
+        if_arg: u8,
+        if_bits: u32,
+    },
 }
 
 /// One row of the policy.
@@ -139,6 +148,27 @@ const fn deny_mode_bit(
     rule_when(syscall, nr, When::Arg32HasBits { arg, bits }, reason)
 }
 
+/// Creating a file whose mode has `bits`: open and openat read their mode only when the flags
+/// ask for a new file (`O_CREAT`, or `O_TMPFILE`'s own bit), and otherwise it is whatever the
+/// caller's register held (`syscall(SYS_open, path, O_RDONLY)` from jemalloc), so a rule on the
+/// mode alone refused ordinary opens at random.
+const fn deny_create_mode_bit(
+    syscall: &'static str,
+    nr: i64,
+    flags_arg: u8,
+    create: u32,
+    bits: u32,
+    reason: &'static str,
+) -> Rule {
+    let when = When::Arg32HasBitsIf {
+        arg: flags_arg + 1,
+        bits,
+        if_arg: flags_arg,
+        if_bits: create,
+    };
+    rule_when(syscall, nr, when, reason)
+}
+
 const fn socket_rule(syscall: &'static str, nr: i64) -> Rule {
     Rule {
         syscall,
@@ -155,6 +185,12 @@ const S_ISUID: u32 = 0o4000;
 const S_ISGID: u32 = 0o2000;
 /// `fchmodat2` (Linux 6.6) has the same number on every architecture.
 const SYS_FCHMODAT2: i64 = 452;
+/// The flags of open and openat that make the kernel read the mode (`WILL_CREATE` in
+/// fs/open.c): `O_CREAT`, and `__O_TMPFILE` (`O_TMPFILE` without `O_DIRECTORY`).
+const O_CREAT: u32 = libc::O_CREAT as u32;
+const O_TMPFILE_BIT: u32 = (libc::O_TMPFILE & !libc::O_DIRECTORY) as u32;
+const CREATE_SETUID: &str = "creating a file with the setuid bit (O_CREAT or O_TMPFILE: without either the kernel ignores the mode, which may then be garbage)";
+const CREATE_SETGID: &str = "creating a file with the setgid bit (O_CREAT or O_TMPFILE; without either the mode is ignored)";
 const SETID_REASON: &str = "setuid/setgid bits would reach the host through workspaces and mounts (a root invoker's sandbox left a setuid-root shell); the bit is refused on every file";
 const PERSONALITY_QUERY: u32 = 0xffff_ffff;
 const ADDR_NO_RANDOMIZE: u32 = 0x004_0000;
@@ -219,8 +255,10 @@ pub const RULES: &[Rule] = &[
     deny_mode_bit("fchmodat", libc::SYS_fchmodat, 2, S_ISGID, SETID_REASON),
     deny_mode_bit("fchmodat2", SYS_FCHMODAT2, 2, S_ISUID, SETID_REASON),
     deny_mode_bit("fchmodat2", SYS_FCHMODAT2, 2, S_ISGID, SETID_REASON),
-    deny_mode_bit("openat", libc::SYS_openat, 3, S_ISUID, "creating a file with the setuid bit (checked whatever the flags: O_CREAT and O_TMPFILE both create)"),
-    deny_mode_bit("openat", libc::SYS_openat, 3, S_ISGID, "creating a file with the setgid bit (checked whatever the flags)"),
+    deny_create_mode_bit("openat", libc::SYS_openat, 2, O_CREAT, S_ISUID, CREATE_SETUID),
+    deny_create_mode_bit("openat", libc::SYS_openat, 2, O_TMPFILE_BIT, S_ISUID, CREATE_SETUID),
+    deny_create_mode_bit("openat", libc::SYS_openat, 2, O_CREAT, S_ISGID, CREATE_SETGID),
+    deny_create_mode_bit("openat", libc::SYS_openat, 2, O_TMPFILE_BIT, S_ISGID, CREATE_SETGID),
     deny_mode_bit("mknodat", libc::SYS_mknodat, 2, S_ISUID, "creating a node with the setuid bit"),
     deny_mode_bit("mknodat", libc::SYS_mknodat, 2, S_ISGID, "creating a node with the setgid bit"),
     Rule { syscall: "openat2", nr: libc::SYS_openat2, when: When::Always, deny: Deny::Enosys, reason: "its mode lives in a struct in user memory BPF cannot read; ENOSYS makes callers fall back to openat, which is filtered" },
@@ -231,9 +269,13 @@ pub const RULES: &[Rule] = &[
     #[cfg(target_arch = "x86_64")]
     deny_mode_bit("chmod", libc::SYS_chmod, 1, S_ISGID, SETID_REASON),
     #[cfg(target_arch = "x86_64")]
-    deny_mode_bit("open", libc::SYS_open, 2, S_ISUID, "creating a file with the setuid bit (checked whatever the flags)"),
+    deny_create_mode_bit("open", libc::SYS_open, 1, O_CREAT, S_ISUID, CREATE_SETUID),
     #[cfg(target_arch = "x86_64")]
-    deny_mode_bit("open", libc::SYS_open, 2, S_ISGID, "creating a file with the setgid bit (checked whatever the flags)"),
+    deny_create_mode_bit("open", libc::SYS_open, 1, O_TMPFILE_BIT, S_ISUID, CREATE_SETUID),
+    #[cfg(target_arch = "x86_64")]
+    deny_create_mode_bit("open", libc::SYS_open, 1, O_CREAT, S_ISGID, CREATE_SETGID),
+    #[cfg(target_arch = "x86_64")]
+    deny_create_mode_bit("open", libc::SYS_open, 1, O_TMPFILE_BIT, S_ISGID, CREATE_SETGID),
     #[cfg(target_arch = "x86_64")]
     deny_mode_bit("creat", libc::SYS_creat, 1, S_ISUID, "creating a file with the setuid bit"),
     #[cfg(target_arch = "x86_64")]
@@ -366,6 +408,20 @@ fn conditions(rule: &Rule) -> Result<Vec<SeccompCondition>, seccompiler::Backend
             .iter()
             .map(|v| SeccompCondition::new(arg, Dword, Ne, u64::from(*v)))
             .collect(),
+        When::Arg32HasBitsIf {
+            arg,
+            bits,
+            if_arg,
+            if_bits,
+        } => Ok(vec![
+            SeccompCondition::new(
+                if_arg,
+                Dword,
+                MaskedEq(u64::from(if_bits)),
+                u64::from(if_bits),
+            )?,
+            SeccompCondition::new(arg, Dword, MaskedEq(u64::from(bits)), u64::from(bits))?,
+        ]),
     }
 }
 
@@ -732,6 +788,12 @@ mod tests {
         for name in ["fchmodat(04755)", "fchmod(02755)", "openat(O_CREAT, 04755)"] {
             assert_eq!(result_of(&attempts, name), Err(libc::EPERM), "{name}");
         }
+        for name in [
+            "openat(O_RDONLY, stray mode 04755)",
+            "open(O_RDONLY, stray mode 06755)",
+        ] {
+            assert_eq!(result_of(&attempts, name), Ok(0), "{name}");
+        }
         assert_eq!(result_of(&attempts, "openat2"), Err(libc::ENOSYS));
         for name in ["socket(AF_VSOCK)", "socketpair(AF_ALG)"] {
             assert_eq!(
@@ -835,6 +897,15 @@ mod tests {
                 args[arg as usize] = u64::from(bits | 0o755) | 0xdead_0000_0000
             }
             When::Arg32NotIn { arg, .. } => args[arg as usize] = u64::from(libc::AF_VSOCK as u32),
+            When::Arg32HasBitsIf {
+                arg,
+                bits,
+                if_arg,
+                if_bits,
+            } => {
+                args[arg as usize] = u64::from(bits | 0o755) | 0xdead_0000_0000;
+                args[if_arg as usize] = u64::from(if_bits | libc::O_WRONLY as u32);
+            }
         }
         args
     }
@@ -845,6 +916,8 @@ mod tests {
         match rule.when {
             When::Arg32NotIn { arg, allowed } => args[arg as usize] = u64::from(allowed[0]),
             When::Arg32HasBits { arg, .. } => args[arg as usize] = 0o1777,
+            // The mode has the bit, but no flag asks for a new file.
+            When::Arg32HasBitsIf { arg, bits, .. } => args[arg as usize] = u64::from(bits),
             When::Always
             | When::ArgHasBits { .. }
             | When::Arg32Eq { .. }
@@ -935,6 +1008,63 @@ mod tests {
         }
         let openat2 = eval(&program, arch, libc::SYS_openat2 as u32, [0; 6]);
         assert_eq!(openat2, SECCOMP_RET_ERRNO | libc::ENOSYS as u32);
+    }
+
+    #[test]
+    fn open_without_a_create_flag_is_allowed_whatever_its_mode_argument_holds() {
+        // The kernel reads the mode of open/openat only with O_CREAT or O_TMPFILE; without them
+        // the register is whatever the caller left there. jemalloc (rustc's allocator) calls
+        // `syscall(SYS_open, "/proc/sys/vm/overcommit_memory", O_RDONLY | O_CLOEXEC)`: refusing
+        // it for a stray setuid bit made rustc fall back to committing memory by `mmap`.
+        let program = sandbox_filter().unwrap();
+        let arch = native_audit_arch();
+        let eperm = SECCOMP_RET_ERRNO | libc::EPERM as u32;
+        let tmpfile_bit = (libc::O_TMPFILE & !libc::O_DIRECTORY) as u64;
+        for (name, nr, pos) in mode_calls() {
+            if !name.starts_with("open") {
+                continue;
+            }
+            let with = |flags: u64, mode: u64| {
+                let mut args = [0u64; 6];
+                args[pos - 1] = flags;
+                args[pos] = mode;
+                eval(&program, arch, nr as u32, args)
+            };
+            let not_creating = [
+                libc::O_RDONLY | libc::O_CLOEXEC,
+                libc::O_WRONLY | libc::O_TRUNC | libc::O_APPEND,
+                libc::O_RDWR | libc::O_DIRECTORY | libc::O_NOFOLLOW,
+                libc::O_PATH,
+                libc::O_DIRECTORY,
+            ];
+            for flags in not_creating {
+                for mode in [0o4755, 0o2755, 0o6777, 0xffff_ffff, u64::MAX] {
+                    assert_eq!(
+                        with(flags as u64, mode),
+                        ALLOW,
+                        "{name} flags {flags:#o} mode {mode:#o}"
+                    );
+                }
+            }
+            let creating = [
+                libc::O_CREAT as u64,
+                (libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY) as u64,
+                (libc::O_TMPFILE | libc::O_RDWR) as u64,
+                tmpfile_bit,
+                // The kernel truncates flags to an int: high bits change nothing.
+                libc::O_CREAT as u64 | 0xdead_0000_0000,
+            ];
+            for flags in creating {
+                for mode in [0o4755, 0o2755, 0o6777, 0o4000 | 0xffff_0000_0000] {
+                    assert_eq!(
+                        with(flags, mode),
+                        eperm,
+                        "{name} flags {flags:#o} mode {mode:#o}"
+                    );
+                }
+                assert_eq!(with(flags, 0o755), ALLOW, "{name} flags {flags:#o}");
+            }
+        }
     }
 
     #[test]

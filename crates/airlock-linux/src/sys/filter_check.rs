@@ -47,6 +47,8 @@ pub const ATTEMPTS: &[&str] = &[
     "fchmodat(04755)",
     "fchmod(02755)",
     "openat(O_CREAT, 04755)",
+    "openat(O_RDONLY, stray mode 04755)",
+    "open(O_RDONLY, stray mode 06755)",
     "openat2",
     "socket(AF_VSOCK)",
     "socketpair(AF_ALG)",
@@ -131,6 +133,26 @@ unsafe fn close_ok(rc: libc::c_long) -> Result<i64, i32> {
     r
 }
 
+/// `open(path, O_RDONLY | O_CLOEXEC)` with `mode` in the mode register; `openat` where there is
+/// no `open` (aarch64).
+///
+/// # Safety
+/// `path` points to a NUL-terminated string.
+unsafe fn open_rdonly_with_stray_mode(
+    path: *const libc::c_char,
+    mode: libc::c_long,
+) -> Result<i64, i32> {
+    let flags = libc::O_RDONLY | libc::O_CLOEXEC;
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a raw open of a valid path; the descriptor is closed by `close_ok`.
+    let rc = unsafe { libc::syscall(libc::SYS_open, path, flags, mode) };
+    #[cfg(not(target_arch = "x86_64"))]
+    // SAFETY: as above.
+    let rc = unsafe { libc::syscall(libc::SYS_openat, libc::AT_FDCWD, path, flags, mode) };
+    // SAFETY: `rc` is the result of an open.
+    unsafe { close_ok(rc) }
+}
+
 /// Child-side: every attempt in [`ATTEMPTS`] order. Allocation-free (fixed-size array).
 fn attempt_all() -> [Result<i64, i32>; ATTEMPTS.len()] {
     const TIOCSTI_HIGH: u64 = libc::TIOCSTI | (1 << 32);
@@ -141,6 +163,8 @@ fn attempt_all() -> [Result<i64, i32>; ATTEMPTS.len()] {
     // A path whose parent does not exist: without the filter these calls fail with ENOENT.
     const MISSING: &[u8] = b"/nonexistent-airlock-dir/file\0";
     let missing = MISSING.as_ptr().cast::<libc::c_char>();
+    // A directory every process can open read-only: the opens that only read succeed.
+    let root = c"/".as_ptr();
     let mut pair = [0 as libc::c_int; 2];
     let byte: u8 = b'x';
     let bp = &byte as *const u8;
@@ -191,6 +215,16 @@ fn attempt_all() -> [Result<i64, i32>; ATTEMPTS.len()] {
                 libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC,
                 0o4755,
             )),
+            // The mode register of an open that creates nothing is ignored by the kernel and
+            // may hold anything (jemalloc leaves it unset): the filter must not judge it.
+            close_ok(libc::syscall(
+                libc::SYS_openat,
+                libc::AT_FDCWD,
+                root,
+                libc::O_RDONLY | libc::O_CLOEXEC,
+                0o4755,
+            )),
+            open_rdonly_with_stray_mode(root, 0o6755),
             res(libc::syscall(
                 libc::SYS_openat2,
                 libc::AT_FDCWD,

@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use crate::ownership::Liveness;
-use crate::records::{ProcessIdentity, SandboxRecord};
+use crate::records::{ProcessIdentity, SandboxPaths, SandboxRecord};
 
 /// A backend failure. Each variant names the step that failed and carries its cause typed;
 /// how it is classified (exit 69, 1 or 70) follows from the variant, never from its text.
@@ -152,7 +152,15 @@ pub trait Backend {
     fn name(&self) -> &'static str;
     /// Creates the sandbox's directories (with ownership markers) and its start request.
     fn prepare(&self, record: &SandboxRecord, spec: &Self::Spec) -> Result<(), BackendError>;
-    /// Spawns the sandbox's owner process.
+    /// The owner process [`Backend::start`] will start the sandbox with, when it already runs
+    /// (spawned ahead of need, doing nothing until `start`): the `starting` record names it
+    /// from its first write, and no revision is written for it later. `None` (the default):
+    /// `start` spawns it.
+    fn owner_ahead(&self, paths: &SandboxPaths) -> Option<ProcessIdentity> {
+        let _ = paths;
+        None
+    }
+    /// Spawns the sandbox's owner process (or lets the one of [`Backend::owner_ahead`] go on).
     fn start(&self, record: &SandboxRecord) -> Result<Box<dyn Starting + '_>, BackendError>;
     /// Observes the sandbox without changing it.
     fn inspect(&self, record: &SandboxRecord) -> Inspection;

@@ -17,7 +17,8 @@
 //! - Durability (what a *machine* crash keeps; a killed process loses nothing, every write
 //!   is an atomic rename): two writes per `up` are flushed to disk, the operation's first
 //!   `running` revision (so the crash is reported, L8) and the sandbox's `starting` revision
-//!   (it names every directory before one exists). The rest — phases, the result, the
+//!   (it names every directory before one exists, and the keeper when it was spawned ahead,
+//!   [`Backend::owner_ahead`](crate::backend::Backend::owner_ahead)). The rest — phases, the result, the
 //!   keeper's and the guest's identities, `ready` — are
 //!   [`Durability::Atomic`](crate::atomic::Durability) (not flushed): they describe processes
 //!   the crash ended, and the `starting` revision leads the next command to the same cleanup.

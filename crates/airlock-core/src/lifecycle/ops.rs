@@ -494,7 +494,8 @@ fn new_record<B: Backend>(
             boot_nonce: random_hex(8)?,
         },
         phase: Phase::Starting,
-        keeper: None,
+        // A keeper already running (parked until `start`) is named from the first revision.
+        keeper: backend.owner_ahead(&req.paths),
         guest: None,
         created_ms: now_ms(),
         ready_ms: None,
@@ -524,16 +525,20 @@ fn create<B: Backend>(
         return Err(gone("preparing"));
     }
     let mut starting = backend.start(record)?;
-    record.keeper = Some(starting.owner().clone());
-    // Atomic, not durable: what a killed `up` leaves must name the keeper (every process
-    // sees the rename at once), while a machine crash ends the keeper anyway, and the durable
-    // `starting` revision already names every directory (see the lifecycle module docs).
-    *revision = stores.sandboxes.write_with(
-        req.name.as_str(),
-        Some(*revision),
-        record,
-        Durability::Atomic,
-    )?;
+    // What a killed `up` leaves must name the keeper. One the `starting` revision named
+    // already (`Backend::owner_ahead`) needs no revision of its own; else this one is atomic,
+    // not durable: every process sees the rename at once, while a machine crash ends the
+    // keeper anyway, and the durable `starting` revision already names every directory (see
+    // the lifecycle module docs).
+    if record.keeper.as_ref() != Some(starting.owner()) {
+        record.keeper = Some(starting.owner().clone());
+        *revision = stores.sandboxes.write_with(
+            req.name.as_str(),
+            Some(*revision),
+            record,
+            Durability::Atomic,
+        )?;
+    }
     log.phase("wait")?;
     obs.phase("wait");
     let ready = match starting.wait(Instant::now() + req.timeout, cancelled) {

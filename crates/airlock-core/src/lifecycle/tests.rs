@@ -92,6 +92,8 @@ struct Fake {
     incompatible: Cell<bool>,
     /// The backend's name (what `up` records and compares).
     name: Cell<&'static str>,
+    /// Its owner runs ahead of `start` (`Backend::owner_ahead`).
+    parked: Cell<bool>,
 }
 
 impl Fake {
@@ -103,6 +105,7 @@ impl Fake {
             calls: RefCell::new(Vec::new()),
             incompatible: Cell::new(false),
             name: Cell::new("fake"),
+            parked: Cell::new(false),
         }
     }
 }
@@ -160,6 +163,9 @@ impl Backend for Fake {
     fn prepare(&self, _: &SandboxRecord, _: &()) -> Result<(), BackendError> {
         self.calls.borrow_mut().push("prepare");
         Ok(())
+    }
+    fn owner_ahead(&self, _: &SandboxPaths) -> Option<ProcessIdentity> {
+        self.parked.get().then(me)
     }
     fn start(&self, _: &SandboxRecord) -> Result<Box<dyn Starting + '_>, BackendError> {
         self.calls.borrow_mut().push("start");
@@ -319,6 +325,30 @@ fn up_flushes_only_the_running_mark_and_the_starting_record_to_disk() {
     };
     assert_eq!(rewrites(&rec), 2, "keeper, ready: {writes:?}");
     assert!(rewrites(&op) >= 6, "every phase is recorded: {writes:?}");
+}
+
+#[test]
+fn a_keeper_running_ahead_is_named_by_the_durable_starting_record_and_not_written_again() {
+    use crate::atomic::{journal, Durability};
+    let w = world();
+    let fake = Fake::new();
+    fake.parked.set(true);
+    journal::take();
+    let out = up_with(&w, &fake, plan()).unwrap();
+    let writes = journal::take();
+    let rec = w.stores.sandboxes.path_of(w.name.as_str()).unwrap();
+    let revisions: Vec<_> = writes.iter().filter(|(p, _)| p == &rec).collect();
+    // `starting` (flushed, naming the keeper), then `ready`: no revision for the keeper alone.
+    assert_eq!(
+        revisions,
+        [
+            &(rec.clone(), Durability::Durable),
+            &(rec, Durability::Atomic)
+        ],
+        "{writes:?}"
+    );
+    assert_eq!(out.record.keeper, Some(me()));
+    assert_eq!(*fake.calls.borrow(), ["prepare", "start"]);
 }
 
 #[test]

@@ -35,8 +35,13 @@ pub fn dispatch(args: &[OsString]) -> Option<i32> {
     }
     // The host-side owner of a persistent sandbox (`airlock up`); see crate::lifecycle.
     if verb == crate::wire::KEEPER_VERB && args.len() == 3 {
+        let state_dir = std::path::Path::new(&args[2]);
+        // Spawned parked, before `up` validated anything: nothing happens until the go-ahead.
+        if let Err(status) = crate::lifecycle::keeper::await_go_ahead(state_dir) {
+            return Some(status);
+        }
         // A `vm` sandbox's owner keeps the same verb (and so the same proofs).
-        if crate::vm::keeper::is_vm(std::path::Path::new(&args[2])) {
+        if crate::vm::keeper::is_vm(state_dir) {
             return Some(crate::vm::keeper::main(args));
         }
         return Some(crate::lifecycle::keeper::main(args));

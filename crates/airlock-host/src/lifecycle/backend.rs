@@ -13,7 +13,7 @@
 
 use std::fs;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::DirBuilderExt;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Stdio};
@@ -23,7 +23,7 @@ use airlock_core::backend::{
     Backend, BackendError, Channel, Freed, Inspection, Ready, Starting, StopReport,
 };
 use airlock_core::ownership::{self, check_dir, check_process, DirOwnership, Liveness};
-use airlock_core::records::{ProcessIdentity, SandboxRecord};
+use airlock_core::records::{ProcessIdentity, SandboxPaths, SandboxRecord};
 use airlock_linux::spec::SandboxSpec;
 use serde::{Deserialize, Serialize};
 
@@ -78,6 +78,87 @@ pub struct LinuxBackend {
     /// `Some`: sandboxes this backend creates are `vm` sandboxes (`crate::vm`): the same
     /// keeper contract, records and proofs, a VM behind it. Every other step is the same.
     pub vm: Option<crate::vm::VmSettings>,
+    /// A keeper `up` spawned before its validation ([`ParkedKeeper`]): [`Backend::start`]
+    /// gives it the go-ahead instead of spawning one, when it is for that sandbox.
+    pub parked: std::sync::Mutex<Option<super::Parking>>,
+}
+
+/// A keeper spawned ahead of need (`airlock __keeper <state dir>`, see [`super::keeper`]):
+/// it waits on a pipe for its go-ahead and does nothing until then. Dropped without the
+/// go-ahead (a failed validation, a reused sandbox, a cancelled `up`), it is killed and
+/// reaped, having created nothing; should `up` die instead, the pipe's end of file makes it
+/// exit by itself.
+pub struct ParkedKeeper {
+    child: Option<Child>,
+    state_dir: PathBuf,
+}
+
+impl ParkedKeeper {
+    /// Spawns the keeper of the sandbox whose state directory is `state_dir` (which need not
+    /// exist yet), parked.
+    pub fn spawn(state_dir: &Path) -> Result<ParkedKeeper, BackendError> {
+        let exe = PathBuf::from("/proc/self/exe");
+        let child = Command::new(&exe)
+            .arg(KEEPER_VERB)
+            .arg(state_dir)
+            .env_clear()
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            // Until the go-ahead, when it turns to the sandbox's log.
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(io_err("cannot start the keeper", &exe))?;
+        Ok(ParkedKeeper {
+            child: Some(child),
+            state_dir: state_dir.to_path_buf(),
+        })
+    }
+
+    /// The keeper's identity (pid, start time, command line), as recorded once it owns the
+    /// sandbox.
+    pub fn identity(&self) -> Result<ProcessIdentity, BackendError> {
+        let pid = self.child.as_ref().map_or(0, Child::id);
+        settled_identity(pid).map_err(|source| BackendError::Identity {
+            what: "the keeper",
+            pid,
+            source,
+        })
+    }
+
+    /// Lets the keeper go on: it starts the sandbox of its state directory, whose start
+    /// request must be written. Its report comes on the returned stdout.
+    fn go(mut self) -> Result<(Child, ChildStdout), BackendError> {
+        let mut child = self.child.take().expect("a parked keeper has its child");
+        let sent = child
+            .stdin
+            .take()
+            .expect("piped stdin")
+            .write_all(&[super::keeper::GO_AHEAD]);
+        let stdout = child.stdout.take().expect("piped stdout");
+        match sent {
+            // Its stdin closes here: the keeper reads nothing more from it.
+            Ok(()) => Ok((child, stdout)),
+            Err(source) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                Err(BackendError::Io {
+                    what: "cannot start the keeper of",
+                    path: self.state_dir.clone(),
+                    source,
+                })
+            }
+        }
+    }
+}
+
+impl Drop for ParkedKeeper {
+    fn drop(&mut self) {
+        // Never given the go-ahead: it has done nothing yet, and never will.
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
 }
 
 fn io_err<'a>(
@@ -96,9 +177,14 @@ pub fn marker(record: &SandboxRecord) -> String {
     format!("{} {}", record.name, record.epoch.instance)
 }
 
+/// Where the state directories of the sandboxes under `state_root` live.
+pub fn sandboxes_state(state_root: &Path) -> PathBuf {
+    state_root.join("sandboxes")
+}
+
 impl LinuxBackend {
     pub fn sandboxes_state(&self) -> PathBuf {
-        self.state_root.join("sandboxes")
+        sandboxes_state(&self.state_root)
     }
     pub fn sandboxes_runtime(&self) -> PathBuf {
         self.runtime_root.join("sandboxes")
@@ -319,38 +405,31 @@ impl Backend for LinuxBackend {
             })
     }
 
+    fn owner_ahead(&self, paths: &SandboxPaths) -> Option<ProcessIdentity> {
+        let mut parked = self.parked.lock().unwrap_or_else(|p| p.into_inner());
+        parked
+            .as_mut()
+            .and_then(super::Parking::keeper)
+            .filter(|k| k.state_dir == paths.state_dir)
+            .and_then(|k| k.identity().ok())
+    }
+
     fn start(&self, record: &SandboxRecord) -> Result<Box<dyn Starting + '_>, BackendError> {
         let log_path = record.paths.state_dir.join(LOG_FILE);
-        let log = fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .mode(0o600)
-            .open(&log_path)
-            .map_err(io_err("cannot open", &log_path))?;
-        let exe = PathBuf::from("/proc/self/exe");
-        let mut child = Command::new(&exe)
-            .arg(KEEPER_VERB)
-            .arg(&record.paths.state_dir)
-            .env_clear()
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::from(log))
-            .spawn()
-            .map_err(io_err("cannot start the keeper", &exe))?;
-        let owner = match settled_identity(child.id()) {
-            Ok(id) => id,
-            Err(source) => {
-                let pid = child.id();
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(BackendError::Identity {
-                    what: "the keeper",
-                    pid,
-                    source,
-                });
-            }
+        let parked = self
+            .parked
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_mut()
+            .and_then(super::Parking::take)
+            .filter(|k| k.state_dir == record.paths.state_dir);
+        let parked = match parked {
+            Some(k) => k,
+            None => ParkedKeeper::spawn(&record.paths.state_dir)?,
         };
-        let stdout = child.stdout.take().expect("piped stdout");
+        // Read before the go-ahead, from the child not yet reaped: its pid is its own.
+        let owner = parked.identity()?;
+        let (child, stdout) = parked.go()?;
         Ok(Box::new(LinuxStarting {
             _child: child,
             stdout: BufReader::new(stdout),

@@ -1,8 +1,14 @@
 //! `airlock __keeper <state dir>`: the host-side owner of one persistent sandbox.
 //!
 //! Order of operations:
-//! 1. `setsid`: detached from the terminal and process group of the `up` that spawned it, so
-//!    Ctrl+C or a closed terminal never reach it.
+//! 1. Parked ([`await_go_ahead`]): `up` spawns the keeper as soon as it knows the sandbox's
+//!    name, before validating anything, so that the exec and start-up of this binary overlap
+//!    the validation and the records `up` writes. `setsid` at once (detached from the
+//!    terminal and process group of `up`, so Ctrl+C or a closed terminal never reach it);
+//!    then it waits on its stdin (a pipe from `up`) and touches nothing: no file, no
+//!    directory, no cgroup. One go-ahead byte, sent once `up` has written the start request,
+//!    lets it go on: stderr to `keeper.log`, stdin to `/dev/null`. End of file instead (a
+//!    failed validation, a reused sandbox, `up` killed) and it exits, having done nothing.
 //! 2. Read the start request; create the cgroup (no janitor process: if the keeper dies, the
 //!    cgroup it leaves is removed by the next `down`, `clean` or `up`, see `Cgroup::orphaned`);
 //!    start the sandbox *from the main thread* (the init stage's PDEATHSIG is bound to the
@@ -36,6 +42,7 @@ use std::ffi::OsString;
 use std::fs;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -62,7 +69,51 @@ use crate::wire::{
     MODE_RELOAD, MODE_STREAM, START_FILE,
 };
 
-/// Entry point of the hidden verb; returns the exit status.
+/// The byte `up` sends a parked keeper when it may start the sandbox (see the module docs).
+pub const GO_AHEAD: u8 = b'g';
+
+/// Step 1 of the module docs: waits for `up`'s go-ahead on stdin, then points stderr at the
+/// sandbox's log and stdin at `/dev/null`. `Err(status)`: exit with it now, having done
+/// nothing (end of file: `up` went on without this keeper; or the log cannot be opened, said
+/// on stdout to the `up` that waits for the report).
+pub fn await_go_ahead(state_dir: &Path) -> Result<(), i32> {
+    let _ = rustix::process::setsid();
+    let mut byte = [0u8; 1];
+    let got = loop {
+        match rustix::io::read(std::io::stdin(), &mut byte) {
+            Err(rustix::io::Errno::INTR) => continue,
+            other => break other,
+        }
+    };
+    match got {
+        Ok(1) if byte[0] == GO_AHEAD => {}
+        // End of file (or anything else): not to be started; nothing was done.
+        _ => return Err(0),
+    }
+    let log_path = state_dir.join(super::backend::LOG_FILE);
+    let opened = fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+        .open(&log_path)
+        .and_then(|log| rustix::stdio::dup2_stderr(&log).map_err(Into::into))
+        .and_then(|()| {
+            let null = fs::File::open("/dev/null")?;
+            rustix::stdio::dup2_stdin(&null).map_err(Into::into)
+        });
+    if let Err(e) = opened {
+        let _ = report_line(&failed(
+            "keeper.log",
+            format!("cannot open {}: {e}", log_path.display()),
+        ));
+        return Err(1);
+    }
+    Ok(())
+}
+
+/// Entry point of the hidden verb, once the go-ahead came ([`await_go_ahead`]); returns the
+/// exit status.
 pub fn main(args: &[OsString]) -> i32 {
     let _ = rustix::process::setsid();
     // The mask survives exec: `up` blocks SIGINT for its Ctrl+C handling, and nothing of

@@ -66,6 +66,73 @@ pub fn resolve_name(
     }
 }
 
+/// `up`'s keeper, spawned parked before anything is validated ([`backend::ParkedKeeper`]),
+/// on a thread of its own so that neither the spawn nor the exec holds up the validation; see
+/// [`Parking`]. No keeper is spawned when `name` has a record: that means a sandbox to reuse
+/// or to clean up first, seldom a fresh start.
+pub fn park_keeper(roots: &Roots, name: &SandboxName) -> Parking {
+    let record = Stores::open(&roots.state).and_then(|s| s.sandboxes.path_of(name.as_str()));
+    let state_dir = backend::sandboxes_state(&roots.state).join(name.as_str());
+    let spawn = move || {
+        let record = record.ok()?;
+        if std::fs::symlink_metadata(record).is_ok() {
+            return None;
+        }
+        backend::ParkedKeeper::spawn(&state_dir).ok()
+    };
+    Parking(
+        std::thread::Builder::new()
+            .spawn(spawn)
+            .ok()
+            .map(ParkingState::Spawning),
+    )
+}
+
+/// A keeper being spawned parked ([`park_keeper`]), for [`LinuxBackend::parked`]: waited for
+/// only when the sandbox's record is about to name it. Dropped unused (a failed validation, a
+/// reused sandbox), it waits for the spawn and drops the keeper, which kills and reaps it:
+/// nothing is left.
+pub struct Parking(Option<ParkingState>);
+
+enum ParkingState {
+    Spawning(std::thread::JoinHandle<Option<backend::ParkedKeeper>>),
+    Spawned(backend::ParkedKeeper),
+}
+
+impl Parking {
+    /// The parked keeper, once spawned; `None` when none could be (`start` then spawns one
+    /// and reports why it cannot).
+    pub fn keeper(&mut self) -> Option<&backend::ParkedKeeper> {
+        self.0 = match self.0.take() {
+            Some(ParkingState::Spawning(spawning)) => {
+                spawning.join().ok().flatten().map(ParkingState::Spawned)
+            }
+            other => other,
+        };
+        match &self.0 {
+            Some(ParkingState::Spawned(keeper)) => Some(keeper),
+            Some(ParkingState::Spawning(_)) | None => None,
+        }
+    }
+
+    /// The parked keeper, taken out.
+    pub fn take(&mut self) -> Option<backend::ParkedKeeper> {
+        self.keeper()?;
+        match self.0.take() {
+            Some(ParkingState::Spawned(keeper)) => Some(keeper),
+            Some(ParkingState::Spawning(_)) | None => None,
+        }
+    }
+}
+
+impl Drop for Parking {
+    fn drop(&mut self) {
+        if let Some(ParkingState::Spawning(spawning)) = self.0.take() {
+            let _ = spawning.join();
+        }
+    }
+}
+
 /// Everything a lifecycle verb works with: the state stores and the linux backend.
 pub struct Host {
     pub stores: Stores,
@@ -98,6 +165,7 @@ impl Host {
             state_root: roots.state.clone(),
             runtime_root: roots.runtime.clone(),
             vm: None,
+            parked: Default::default(),
         };
         let runs = if mutating {
             runs::sweep(&roots.state)

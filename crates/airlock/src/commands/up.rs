@@ -3,7 +3,11 @@
 //! Order of operations:
 //! 1. Validate everything before any side effect (L2): the name, `--timeout`, the terminal
 //!    requirement of attaching (L4: without a terminal and without `--no-attach` it fails here,
-//!    naming `--no-attach`), the project and its configuration, the sandbox spec.
+//!    naming `--no-attach`), the project and its configuration, the sandbox spec. Once the
+//!    name and the terminal are known, the keeper is spawned parked
+//!    (`airlock_host::lifecycle::park_keeper`) so that its start-up overlaps the rest: it
+//!    creates nothing before its go-ahead, which comes after the sandbox's `starting` record,
+//!    and a failure here kills and reaps it.
 //! 2. Ctrl+C handling (L7): the first Ctrl+C cancels cleanly (what was created is rolled back,
 //!    a ready sandbox is kept) and exits 130; a second one exits at once.
 //! 3. `airlock_core::lifecycle::up` (lock, stale cleanup, reuse/refuse/create, records), which
@@ -75,11 +79,14 @@ pub fn run(args: UpArgs, ctx: &Context) -> Result<Report, HostError> {
             "pass --no-attach to only create the sandbox and its default session (e.g. in scripts)",
         ));
     }
+    let roots = ctx.roots()?;
+    // The keeper's exec and start-up overlap the validation: it waits for its go-ahead and
+    // does nothing until then; dropped on any failure below, it is killed and reaped.
+    let parked = airlock_host::lifecycle::park_keeper(&roots, &name);
     let project = match project {
         Some(p) => p,
         None => active_project(ctx)?,
     };
-    let roots = ctx.roots()?;
     let mut notes = Vec::new();
     let effective = load_effective(&roots, Some(project.clone()), args.memory_mb, &mut notes)?;
     airlock_host::sessions::detach_key(&effective)?;
@@ -105,6 +112,7 @@ pub fn run(args: UpArgs, ctx: &Context) -> Result<Report, HostError> {
     };
     let mut setup = setup(ctx, true)?;
     setup.backend.vm = vm;
+    setup.backend.parked = std::sync::Mutex::new(Some(parked));
     let request = UpRequest {
         name: name.clone(),
         project_root: project.root.clone(),

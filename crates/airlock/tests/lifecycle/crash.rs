@@ -55,15 +55,35 @@ fn airlock_killed_mid_up_at_each_phase_is_reported_and_recovered() {
 
 /// No keeper process of this world is left.
 fn assert_no_keepers_of(p: &Project) {
-    let world = p.env.root().to_string_lossy().into_owned();
-    let gone = wait_until(Duration::from_secs(10), || {
-        !std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
-            let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
-            let cmd = String::from_utf8_lossy(&cmd);
-            cmd.contains("__keeper") && cmd.contains(&world)
-        })
-    });
+    let gone = wait_until(Duration::from_secs(10), || !keeper_of(p));
     assert!(gone, "a keeper of this test world is still running");
+}
+
+/// Whether a keeper process of this world exists (a zombie has no command line).
+fn keeper_of(p: &Project) -> bool {
+    let world = p.env.root().to_string_lossy().into_owned();
+    std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
+        let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+        let cmd = String::from_utf8_lossy(&cmd);
+        cmd.contains("__keeper") && cmd.contains(&world)
+    })
+}
+
+/// L2 with the keeper `up` spawns parked before validating: an `up` refused by its
+/// validation leaves no process (the parked keeper is killed and reaped before `up` exits)
+/// and no file, not even the sandbox's state directory or log.
+#[test]
+fn a_refused_up_leaves_no_keeper_and_changes_nothing() {
+    let p = Project::new();
+    let before = p.env.snapshot();
+    let refused = p.run(&["up", "--no-attach", "--memory-mb", "1"]);
+    refused.assert_code(2);
+    assert!(!keeper_of(&p), "the parked keeper outlived the refused up");
+    assert_eq!(before.diff(&p.env.snapshot()), Vec::<String>::new());
+    // A refused `up` changed nothing the next one trips over.
+    p.up();
+    p.run(&["down"]).assert_code(0);
+    assert_no_keepers_of(&p);
 }
 
 fn finish(child: Child) -> (Option<i32>, String, String) {

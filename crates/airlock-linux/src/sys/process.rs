@@ -609,7 +609,10 @@ impl ExecPlan {
             (true, _) => Vec::new(),
             (false, false) => vec![args[0].clone()],
             (false, true) => {
-                let path = vars.get("PATH").copied().unwrap_or(DEFAULT_SEARCH_PATH);
+                let path = vars
+                    .get(airlock_env::PATH)
+                    .copied()
+                    .unwrap_or(DEFAULT_SEARCH_PATH);
                 search_candidates(file, path.as_bytes())
             }
         };

@@ -294,20 +294,9 @@ fn spawn_as(
     mode: CloneMode,
 ) -> Result<u32, ProcessError> {
     let program = spec.argv.first().ok_or(ProcessError::EmptyArgv)?.clone();
-    if spec.argv.iter().any(|a| a.contains('\0')) {
-        return Err(ProcessError::Nul { what: "argv" });
-    }
-    if spec
-        .env
-        .iter()
-        .any(|(k, v)| k.contains('\0') || v.contains('\0'))
-    {
-        return Err(ProcessError::Nul {
-            what: "environment",
-        });
-    }
-    let cwd = CString::new(spec.cwd.as_str()).map_err(|_| ProcessError::Nul { what: "cwd" })?;
+    // Refuses a NUL in the arguments or the environment.
     let exec = ExecPlan::new(&spec.argv, &spec.env)?;
+    let cwd = CString::new(spec.cwd.as_str()).map_err(|_| ProcessError::Nul { what: "cwd" })?;
     let report = match mode {
         CloneMode::Shared => None,
         CloneMode::Copy => Some(pipe_with(PipeFlags::CLOEXEC).map_err(|e| parent_err("pipe2", e))?),
@@ -596,8 +585,19 @@ impl ExecPlan {
             .collect::<Result<Vec<_>, _>>()
             .map_err(nul("argv"))?;
         // Later entries win, sorted by name: the environment `std::process::Command` built.
-        let vars: BTreeMap<&str, &str> =
-            env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        // Every entry is checked, an overridden one too.
+        let vars = env
+            .iter()
+            .map(|(k, v)| {
+                if k.contains('\0') || v.contains('\0') {
+                    Err(ProcessError::Nul {
+                        what: "environment",
+                    })
+                } else {
+                    Ok((k.as_str(), v.as_str()))
+                }
+            })
+            .collect::<Result<BTreeMap<&str, &str>, _>>()?;
         let vars_c = vars
             .iter()
             .map(|(k, v)| CString::new(format!("{k}={v}")))
@@ -1284,6 +1284,26 @@ mod tests {
 
     fn dir(t: &tempfile::TempDir) -> &str {
         t.path().to_str().unwrap()
+    }
+
+    #[test]
+    fn a_nul_in_the_arguments_environment_or_directory_is_refused_before_any_clone() {
+        let nul = |argv: &[&str], env: &[(&str, &str)], cwd: &str| match run_in(
+            argv,
+            env,
+            cwd,
+            Identity::Inherit,
+            &Confinement::default(),
+            clone_mode(),
+        ) {
+            Err(ProcessError::Nul { what }) => what,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(nul(&["true", "a\0b"], &[], "/"), "argv");
+        // An entry a later one overrides is refused too.
+        let env = [("X", "a\0b"), ("X", "ok")];
+        assert_eq!(nul(&["true"], &env, "/"), "environment");
+        assert_eq!(nul(&["true"], &[], "/\0tmp"), "cwd");
     }
 
     #[test]

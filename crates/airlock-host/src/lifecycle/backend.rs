@@ -91,6 +91,8 @@ pub struct LinuxBackend {
 pub struct ParkedKeeper {
     child: Option<Child>,
     state_dir: PathBuf,
+    /// Read once: the `starting` record and `start` name the same process.
+    identity: std::sync::OnceLock<ProcessIdentity>,
 }
 
 impl ParkedKeeper {
@@ -111,18 +113,23 @@ impl ParkedKeeper {
         Ok(ParkedKeeper {
             child: Some(child),
             state_dir: state_dir.to_path_buf(),
+            identity: std::sync::OnceLock::new(),
         })
     }
 
     /// The keeper's identity (pid, start time, command line), as recorded once it owns the
     /// sandbox.
     pub fn identity(&self) -> Result<ProcessIdentity, BackendError> {
+        if let Some(id) = self.identity.get() {
+            return Ok(id.clone());
+        }
         let pid = self.child.as_ref().map_or(0, Child::id);
-        settled_identity(pid).map_err(|source| BackendError::Identity {
+        let id = settled_identity(pid).map_err(|source| BackendError::Identity {
             what: "the keeper",
             pid,
             source,
-        })
+        })?;
+        Ok(self.identity.get_or_init(|| id).clone())
     }
 
     /// Lets the keeper go on: it starts the sandbox of its state directory, whose start

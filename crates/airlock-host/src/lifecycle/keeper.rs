@@ -115,7 +115,7 @@ pub fn await_go_ahead(state_dir: &Path) -> Result<(), i32> {
 /// Entry point of the hidden verb, once the go-ahead came ([`await_go_ahead`]); returns the
 /// exit status.
 pub fn main(args: &[OsString]) -> i32 {
-    let _ = rustix::process::setsid();
+    // Already its own session: `await_go_ahead` ran `setsid` first.
     // The mask survives exec: `up` blocks SIGINT for its Ctrl+C handling, and nothing of
     // that may reach the sandbox's processes.
     let _ = SigSet::all().thread_unblock();

@@ -61,7 +61,7 @@ struct Started {
 
 /// Entry point; returns the exit status.
 pub fn main(args: &[OsString]) -> i32 {
-    let _ = rustix::process::setsid();
+    // Already its own session: `crate::lifecycle::keeper::await_go_ahead` ran `setsid`.
     let _ = SigSet::all().thread_unblock();
     let Some(state_dir) = args.get(2).map(PathBuf::from) else {
         eprintln!("airlock keeper: missing state directory");

@@ -283,10 +283,17 @@ pub fn is_temp_name_for(candidate: &OsStr, target: &OsStr) -> bool {
 /// Only call this while no writer of `target` can be running (the state store holds the
 /// record's lock), or an in-flight write would lose its temporary file.
 pub fn remove_stray_temps(dir: &Path, target: &OsStr) -> io::Result<usize> {
+    remove_stray_temps_of(dir, &[target])
+}
+
+/// [`remove_stray_temps`] for several targets of one directory, in a single listing of it (a
+/// state record and its tombstone: every record write cleans up after both).
+pub fn remove_stray_temps_of(dir: &Path, targets: &[&OsStr]) -> io::Result<usize> {
     let mut removed = 0;
     for entry in std::fs::read_dir(dir)? {
         let entry = entry?;
-        if is_temp_name_for(&entry.file_name(), target) {
+        let name = entry.file_name();
+        if targets.iter().any(|t| is_temp_name_for(&name, t)) {
             match std::fs::remove_file(entry.path()) {
                 Ok(()) => removed += 1,
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {}
@@ -465,6 +472,20 @@ mod tests {
         std::fs::write(dir.path().join("a"), b"record").unwrap();
         assert_eq!(remove_stray_temps(dir.path(), OsStr::new("a")).unwrap(), 1);
         assert!(dir.path().join(".a.tmp.tmp.1.2").exists());
+        assert!(dir.path().join("a").exists());
+    }
+
+    #[test]
+    fn stray_temps_of_several_targets_go_in_one_listing() {
+        let dir = tempfile::tempdir().unwrap();
+        for name in [".a.tmp.1.2", "..a.removed.tmp.3.4", ".b.tmp.5.6", "a"] {
+            std::fs::write(dir.path().join(name), b"x").unwrap();
+        }
+        let targets = [OsStr::new("a"), OsStr::new(".a.removed")];
+        assert_eq!(remove_stray_temps_of(dir.path(), &targets).unwrap(), 2);
+        assert!(!dir.path().join(".a.tmp.1.2").exists());
+        assert!(!dir.path().join("..a.removed.tmp.3.4").exists());
+        assert!(dir.path().join(".b.tmp.5.6").exists());
         assert!(dir.path().join("a").exists());
     }
 }

@@ -30,7 +30,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::atomic::{
-    remove_stray_temps, write_atomic, write_atomic_with, AtomicWriteError, Durability,
+    remove_stray_temps_of, write_atomic, write_atomic_with, AtomicWriteError, Durability,
 };
 use crate::flock_wait::lock_exclusive_within;
 
@@ -355,14 +355,11 @@ impl StateStore {
     /// called under the record lock, when no writer of either file can be mid-write.
     fn remove_stray_temps(&self, name: &str) -> Result<(), StateError> {
         let tombstone = format!(".{name}.removed");
-        for target in [name, tombstone.as_str()] {
-            remove_stray_temps(&self.root, OsStr::new(target)).map_err(|source| {
-                StateError::Remove {
-                    path: self.root.clone(),
-                    source,
-                }
-            })?;
-        }
+        let targets = [OsStr::new(name), OsStr::new(&tombstone)];
+        remove_stray_temps_of(&self.root, &targets).map_err(|source| StateError::Remove {
+            path: self.root.clone(),
+            source,
+        })?;
         Ok(())
     }
 

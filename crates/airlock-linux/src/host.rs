@@ -613,7 +613,7 @@ pub fn create_private_dir(parent: &Path, id: &str) -> Result<PathBuf, StartError
     let dir = parent.join(id);
     create(&dir, false)?;
     let me = std::process::id();
-    let owner = format!("{me} {}\n", start_time(me).unwrap_or_default());
+    let owner = format!("{me} {}\n", own_start_time().unwrap_or_default());
     write_private(&dir.join(OWNER_FILE), owner.as_bytes())?;
     Ok(dir)
 }
@@ -621,6 +621,19 @@ pub fn create_private_dir(parent: &Path, id: &str) -> Result<PathBuf, StartError
 /// Marker in every sandbox runtime directory: `<pid> <start time>` of the airlock process that
 /// created it (PRODUCT R2: a directory is ours only if it carries our marker).
 pub const OWNER_FILE: &str = "owner";
+
+/// This process's start time ([`start_time`] of its own pid), read from `/proc` once per
+/// process: the owner marks of one run (its cgroup, its runtime and egress directories) name
+/// the same process, which cannot change its start time. Keyed by the pid, so a forked child
+/// reads its own.
+pub fn own_start_time() -> Option<u64> {
+    static OWN: std::sync::OnceLock<(u32, Option<u64>)> = std::sync::OnceLock::new();
+    let me = std::process::id();
+    match OWN.get_or_init(|| (me, start_time(me))) {
+        (pid, started) if *pid == me => *started,
+        _ => start_time(me),
+    }
+}
 
 /// A process's start time (clock ticks since boot, field 22 of `/proc/PID/stat`).
 fn start_time(pid: u32) -> Option<u64> {
@@ -683,6 +696,13 @@ fn write_private(path: &Path, content: &[u8]) -> Result<(), StartError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn own_start_time_is_this_process_start_time_read_once() {
+        let me = std::process::id();
+        assert!(own_start_time().is_some());
+        assert_eq!(own_start_time(), start_time(me));
+    }
 
     #[test]
     fn stale_sweep_removes_only_directories_of_dead_owners() {

@@ -274,15 +274,16 @@ pub(crate) fn start_egress(
         warn,
     };
     ensure_root(roots, &outer)?;
-    let me = airlock_core::ownership::process_identity(std::process::id()).map_err(|e| {
+    // The same mark as the cgroup's and the runtime directory's (read from `/proc` once).
+    let started = airlock_linux::host::own_start_time().ok_or_else(|| {
         HostError::internal(
             "egress.owner",
-            format!("cannot read this process's identity: {e}"),
+            "cannot read this process's start time from /proc/self/stat",
         )
     })?;
     write_marker(
         &outer.join(airlock_linux::host::OWNER_FILE),
-        format!("{} {}\n", me.pid, me.start_time).as_bytes(),
+        format!("{} {started}\n", std::process::id()).as_bytes(),
     )?;
     materialize(&dir, roots, &image_root)?;
     let runs = crate::lifecycle::runs::runs_root(&roots.state);

@@ -36,10 +36,7 @@ impl OwnerMark {
     /// This process.
     pub fn current() -> Self {
         let pid = std::process::id();
-        let start_time = std::fs::read_to_string("/proc/self/stat")
-            .ok()
-            .and_then(|s| start_time_from_stat(&s))
-            .unwrap_or(0);
+        let start_time = crate::host::own_start_time().unwrap_or(0);
         OwnerMark { pid, start_time }
     }
 

@@ -637,7 +637,7 @@ pub fn own_start_time() -> Option<u64> {
 
 /// A process's start time (clock ticks since boot, field 22 of `/proc/PID/stat`).
 fn start_time(pid: u32) -> Option<u64> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let stat = crate::sys::fd::read_pseudo_file(Path::new(&format!("/proc/{pid}/stat"))).ok()?;
     // The command name (field 2) may contain spaces and parentheses: split after the last ')'.
     let rest = &stat[stat.rfind(')')? + 1..];
     rest.split_whitespace().nth(19)?.parse().ok()

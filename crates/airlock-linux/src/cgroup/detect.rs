@@ -237,10 +237,11 @@ impl Layout {
 
     /// Reads the running system's layout.
     pub fn detect() -> Result<Self, std::io::Error> {
-        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")?;
-        let proc_cgroup = std::fs::read_to_string("/proc/self/cgroup")?;
+        use crate::sys::fd::read_pseudo_file;
+        let mountinfo = read_pseudo_file(Path::new("/proc/self/mountinfo"))?;
+        let proc_cgroup = read_pseudo_file(Path::new("/proc/self/cgroup"))?;
         Ok(Self::from_texts(&mountinfo, &proc_cgroup, |p| {
-            std::fs::read_to_string(p).ok()
+            read_pseudo_file(p).ok()
         }))
     }
 

@@ -89,3 +89,30 @@ pub fn join_before_exec(cmd: &mut Command, fds: Vec<RawFd>) {
         });
     }
 }
+
+/// Reads a small `/proc` (or other pseudo-) file whole. Such a file reports size 0, so
+/// `fs::read_to_string` probes it with a 32-byte read and doubles its buffer from there (seven
+/// `read`s for a 1.5 KiB `/proc/self/mountinfo`, each a `seq_file` pass); a buffer of 8 KiB
+/// takes the text in one `read` and sees the end with the next.
+pub fn read_pseudo_file(path: &std::path::Path) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut text = String::with_capacity(8192);
+    std::fs::File::open(path)?.read_to_string(&mut text)?;
+    Ok(text)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn pseudo_files_are_read_whole_beyond_the_first_buffer() {
+        let mountinfo = super::read_pseudo_file("/proc/self/mountinfo".as_ref()).unwrap();
+        assert!(mountinfo.ends_with('\n') && mountinfo.contains(" / / "));
+        let dir = tempfile::tempdir().unwrap();
+        let long = "0123456789abcdef\n".repeat(2000);
+        std::fs::write(dir.path().join("long"), &long).unwrap();
+        assert_eq!(
+            super::read_pseudo_file(&dir.path().join("long")).unwrap(),
+            long
+        );
+    }
+}

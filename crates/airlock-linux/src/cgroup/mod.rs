@@ -404,11 +404,25 @@ impl Cgroup {
     }
 
     /// Kills every process in the cgroup and removes it, within `timeout`.
+    ///
+    /// An `rmdir` comes first: the kernel refuses it (`EBUSY`) while a process is in the
+    /// cgroup, so it is its own emptiness check. At the end of a `run` everything in it has
+    /// already been reaped, and the usual case costs no read of `cgroup.procs` per hierarchy;
+    /// only a cgroup that is still busy has its members killed, then removed.
     pub fn destroy(self, timeout: Duration) -> Result<(), CgroupError> {
         let deadline = Instant::now() + timeout;
-        kill_all(&self.hierarchies, &self.dirs, deadline)?;
+        let mut busy = Vec::new();
         for dir in &self.dirs {
-            remove_dir(dir, deadline)?;
+            match rustix::fs::rmdir(dir) {
+                Ok(()) | Err(rustix::io::Errno::NOENT) => {}
+                Err(_) => busy.push(dir.clone()),
+            }
+        }
+        if !busy.is_empty() {
+            kill_all(&self.hierarchies, &self.dirs, deadline)?;
+            for dir in &busy {
+                remove_dir(dir, deadline)?;
+            }
         }
         for h in &self.hierarchies {
             // Best effort: succeeds only when no other sandbox uses the parent; a concurrent

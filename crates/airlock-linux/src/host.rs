@@ -541,7 +541,16 @@ impl Sandbox {
     /// that it does not become a zombie for the host's init to reap, this process becomes a
     /// child subreaper first (the kernel propagates it to the init stage, already running):
     /// PID 1 is re-parented here when the init stage dies, and reaped here.
-    pub fn kill(mut self) -> Result<(), StartError> {
+    pub fn kill(self) -> Result<(), StartError> {
+        self.kill_with(|| ())
+    }
+
+    /// [`Sandbox::kill`], running `meanwhile` between the signals and the wait: the kernel
+    /// tears the sandbox down in its exiting tasks (the mount namespace with one expedited RCU
+    /// grace period per overlay, serially: about a millisecond) while this process would only
+    /// sleep, so host-side cleanup that does not need the sandbox gone (its egress directory,
+    /// its proxy) overlaps it. This still returns only once the sandbox is gone.
+    pub fn kill_with(mut self, meanwhile: impl FnOnce()) -> Result<(), StartError> {
         self.control = None;
         let _ = rustix::process::set_child_subreaper(Some(rustix::process::getpid()));
         if let Some(pid1) = &self.pid1 {
@@ -550,6 +559,7 @@ impl Sandbox {
         // Our unreaped child: its pid cannot have been reused. Its death alone would also end
         // PID 1 (PDEATHSIG); both are signalled so that neither waits for the other.
         let _ = self.init.kill();
+        meanwhile();
         if let Some(pid1) = &self.pid1 {
             crate::pidfd::wait_exit(pid1, KILL_WAIT);
         }

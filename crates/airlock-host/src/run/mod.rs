@@ -164,12 +164,15 @@ impl EphemeralRun {
         self.cgroup.out_of_memory()
     }
 
-    /// Kills the sandbox, removes its cgroup and stops the proxy. CMD is done: the proxy's exit
-    /// (a multi-threaded process tearing down) overlaps the sandbox's destruction; it is reaped
-    /// and its directory removed last, then the run's state directory is retired (its audit
-    /// log kept in `<state>/run-logs` when it holds anything, see `lifecycle::runs`). A sandbox
-    /// that did not die cleanly is the error, for a warning: everything else was still torn
-    /// down.
+    /// Kills the sandbox, stops the proxy and removes the cgroup. CMD is done: while the kernel
+    /// tears the killed sandbox down (its exiting tasks unmount its filesystems, about a
+    /// millisecond during which this process would only wait), the proxy is reaped, the egress
+    /// directory removed and the run's state directory retired (its audit log kept in
+    /// `<state>/run-logs` when it holds anything, see `lifecycle::runs`); none of them needs
+    /// the sandbox gone, and a sandbox process about to die can no longer reach the proxy
+    /// once its listeners are closed. The cgroup goes last, once every process in it is gone.
+    /// A sandbox that did not die cleanly is the error, for a warning: everything else was
+    /// still torn down.
     pub fn finish(self, phases: &mut Phases) -> Result<(), StartError> {
         // The image's hold (bound, not dropped) ends with this function, after the sandbox.
         let Self {
@@ -182,14 +185,14 @@ impl EphemeralRun {
         egress.begin_stop();
         // CMD has exited and its status is read: nothing more is asked of the guest, so PID 1
         // and the init stage are SIGKILLed together rather than PID 1 woken to shut down.
-        let destroyed = sandbox.kill();
+        let mut stopped = Ok(());
+        let destroyed = sandbox.kill_with(|| stopped = egress.stop());
         phases.done("destroy");
         cgroup.destroy();
         phases.done("cgroup-remove");
-        if let Err(e) = egress.stop() {
+        if let Err(e) = stopped {
             warn(&e.to_string());
         }
-        phases.done("egress-stop");
         destroyed
     }
 }

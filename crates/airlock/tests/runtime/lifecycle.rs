@@ -137,6 +137,50 @@ both! {
 }
 
 both! {
+    /// `run` returns only once its sandbox is gone (create, run, destroy): with background
+    /// processes still running when the command exits and the proxy started by a connection,
+    /// nothing of the run is left the moment it returns, without any waiting: no process (this
+    /// test is a child subreaper, so a survivor would be re-parented here), cgroup, mount,
+    /// runtime or egress directory, run state.
+    fn nothing_is_left_the_moment_run_returns(rt) {
+        use std::process::Stdio;
+        use nix::sys::wait::{waitid, Id, WaitPidFlag};
+        nix::sys::prctl::set_child_subreaper(true).expect("PR_SET_CHILD_SUBREAPER");
+        let marker = format!("airlock-gone-{}", rand_suffix());
+        let script = format!(
+            "python3 -c 'import socket; s = socket.socket(socket.AF_UNIX); \
+             s.connect(\"/run/airlock/proxy.sock\")' || exit 1; \
+             sh -c 'sleep 30; :' {marker} & sh -c 'sleep 30; :' {marker} & exit 4"
+        );
+        let child = rt.command(&rt.project, &["run", "--", "sh", "-c", &script])
+            .stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped())
+            .spawn().expect("spawn airlock");
+        let pid = child.id();
+        let out = child.wait_with_output().expect("wait for airlock");
+        assert_eq!(out.status.code(), Some(4), "{}", String::from_utf8_lossy(&out.stderr));
+        // From here on nothing waits: the run has returned.
+        let orphans = waitid(Id::All, WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT);
+        assert!(matches!(orphans, Err(nix::errno::Errno::ECHILD)),
+            "the run left a process behind: {orphans:?}");
+        assert!(processes_with(&marker).is_empty(), "{:?}", processes_with(&marker));
+        let prefix = format!("run-{pid}-");
+        assert!(cgroups_named(&prefix).is_empty(), "cgroups left: {:?}", cgroups_named(&prefix));
+        assert!(host_mounts_mentioning(&rt.env.runtime_dir).is_empty());
+        let airlock_runtime = rt.env.runtime_dir.join("airlock");
+        for dir in [
+            rt.sandboxes_dir(),
+            airlock_runtime.join("egress"),
+            rt.env.state_home().join("airlock/runs"),
+        ] {
+            let left: Vec<String> = std::fs::read_dir(&dir).into_iter().flatten().flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with(&prefix)).collect();
+            assert!(left.is_empty(), "left in {}: {left:?}", dir.display());
+        }
+    }
+}
+
+both! {
     /// If airlock is SIGKILLed, its sandbox dies with it (processes gone, cgroup removed by
     /// the janitor) and the next run removes the dead run's runtime directory.
     fn sigkill_of_airlock_takes_the_sandbox_down(rt) {

@@ -176,10 +176,12 @@ pub fn main(args: &[OsString]) -> i32 {
     if let Some(sup) = proxy.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
         sup.begin_stop();
     }
-    teardown(sandbox, cgroup, &listener);
-    // Stopped above: this reaps it.
-    drop(proxy.lock().unwrap_or_else(|p| p.into_inner()).take());
-    drop(egress);
+    teardown(sandbox, cgroup, &listener, || {
+        // Stopped above: this reaps it while the kernel tears the sandbox down, and before the
+        // cgroup's removal, which would otherwise find it alive and kill it.
+        drop(proxy.lock().unwrap_or_else(|p| p.into_inner()).take());
+        drop(egress);
+    });
     i32::from(note.is_some())
 }
 
@@ -281,7 +283,7 @@ fn start(state_dir: &Path) -> Result<Started, KeeperReport> {
     match (listener, guest) {
         (Ok(listener), Ok(pid)) => Ok((sandbox, cgroup, listener, pid, egress)),
         (Err(report), _) | (_, Err(report)) => {
-            teardown_parts(sandbox, cgroup);
+            teardown_parts(sandbox, cgroup, || ());
             Err(report)
         }
     }
@@ -755,13 +757,18 @@ fn start_detached(stream: &mut (impl Read + Write), request: ExecRequest) -> Res
     }
 }
 
-fn teardown(sandbox: Sandbox, cgroup: RunCgroup, listener: &UnixListener) {
+fn teardown(
+    sandbox: Sandbox,
+    cgroup: RunCgroup,
+    listener: &UnixListener,
+    meanwhile: impl FnOnce(),
+) {
     if let Ok(addr) = listener.local_addr() {
         if let Some(path) = addr.as_pathname() {
             let _ = fs::remove_file(path);
         }
     }
-    teardown_parts(sandbox, cgroup);
+    teardown_parts(sandbox, cgroup, meanwhile);
 }
 
 /// A warning of the limits code, into the keeper's log (its stderr).
@@ -769,8 +776,13 @@ pub(crate) fn keeper_warning(message: &str) {
     eprintln!("airlock: warning: {message}");
 }
 
-fn teardown_parts(sandbox: Sandbox, mut cgroup: RunCgroup) {
-    if let Err(e) = sandbox.destroy(Duration::from_secs(2)) {
+/// Ends the sandbox as a finished `run` does (`Sandbox::kill_with`): PID 1 and the init stage
+/// SIGKILLed together. Nothing more is asked of the guest, and PID 1's own shutdown (woken by
+/// the control socket's close) would only SIGKILL what it started and exit, one wake-up and
+/// one serial step later. `meanwhile` runs while the kernel tears the sandbox down; the cgroup
+/// goes last.
+fn teardown_parts(sandbox: Sandbox, mut cgroup: RunCgroup, meanwhile: impl FnOnce()) {
+    if let Err(e) = sandbox.kill_with(meanwhile) {
         eprintln!("airlock keeper: {e}");
     }
     cgroup.destroy();

@@ -21,8 +21,9 @@
 //!
 //! [`Sandbox::destroy`] closes the control socket (the guest kills its process groups and
 //! exits), waits for PID 1's pidfd, kills it after the grace period, reaps the init stage and
-//! removes the runtime directory. [`Sandbox::kill`] (`run`, once its command has exited) ends
-//! PID 1 and the init stage with SIGKILL together instead, waits for both and reaps both.
+//! removes the runtime directory. [`Sandbox::kill`] (`run`, once its command has exited, and a
+//! keeper stopping its sandbox) ends PID 1 and the init stage with SIGKILL together instead,
+//! waits for both and reaps both.
 //!
 //! Lifetime: the init stage has `PR_SET_PDEATHSIG(SIGKILL)` bound to the *thread* that spawned
 //! it, so call `start` from a thread that lives as long as the sandbox (the main thread).

@@ -152,6 +152,30 @@ both! {
 }
 
 both! {
+    /// I2, I4: the directories airlock creates in the new root and the files it generates in
+    /// /etc have exactly their modes. Pins the sandbox's view while the root is built with as
+    /// few syscalls as possible (no check or chmod whose result is already known).
+    fn skeleton_directories_and_generated_files_have_their_modes(rt) {
+        let mut expected: Vec<String> = [
+            "/ 755", "/home 755", "/root 700", "/var 755", "/var/tmp 1777", "/srv 755",
+            "/mnt 755", "/media 755", "/run 755", "/tmp 1777", "/dev 755", "/dev/shm 1777",
+        ]
+        .map(String::from)
+        .to_vec();
+        for f in ["passwd", "group", "hostname", "hosts", "machine-id"] {
+            if std::path::Path::new("/etc").join(f).exists() {
+                expected.push(format!("/etc/{f} 644"));
+            }
+        }
+        let paths: Vec<&str> = expected.iter().filter_map(|e| e.split(' ').next()).collect();
+        let run = rt.sh(&[], &format!("stat -c '%n %a' {}", paths.join(" ")));
+        let out = ok(&run);
+        let got: Vec<&str> = out.lines().collect();
+        assert_eq!(got, expected, "{out}");
+    }
+}
+
+both! {
     /// I5: commands run as a non-root uid; `--root` is uid 0 of the sandbox's user namespace,
     /// mapped to a non-root host id (or refused with the reason when the host cannot map it).
     fn commands_run_unprivileged_and_root_is_only_namespaced(rt) {

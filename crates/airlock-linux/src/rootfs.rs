@@ -186,6 +186,10 @@ pub fn build<E: From<RootfsError>>(
     };
     mkdir(&layers.upper, 0o755)?;
     mkdir(&layers.work, 0o755)?;
+    if mounts.active() {
+        // Where `lower_layer` attaches the passed lower layers (one directory for all of them).
+        mkdir(&scratch.join(LOWERS), 0o700)?;
+    }
 
     // 3. The image.
     match &boot.spec.image {
@@ -216,10 +220,7 @@ pub fn build<E: From<RootfsError>>(
 
     // 4. Empty directories, home, mappings.
     for (dir, mode) in EMPTY_DIRS {
-        let path = root.join(dir);
-        if !path.exists() {
-            mkdir(&path, *mode)?;
-        }
+        mkdir_unless_present(&root.join(dir), *mode)?;
     }
     if matches!(boot.spec.image, Image::Host) {
         packages::host_package_state(&root, &layers, mounts)?;
@@ -279,6 +280,9 @@ fn protect_workspaces(root: &Path, boot: &Bootstrap, owner: (u32, u32)) -> Resul
     }
     Ok(())
 }
+
+/// The directory of the scratch space where passed lower layers are attached.
+const LOWERS: &str = "lower";
 
 /// Where overlay upper and work directories are created.
 struct Layers {
@@ -499,10 +503,8 @@ fn lower_layer(
             path: host.to_path_buf(),
         });
     }
-    let lowers = scratch.join("lower");
-    if !lowers.exists() {
-        mkdir(&lowers, 0o700)?;
-    }
+    // Made by `build` as soon as the scratch space exists, when mounts were passed.
+    let lowers = scratch.join(LOWERS);
     let target = lowers.join(label.trim_start_matches("lower:"));
     mkdir(&target, 0o755)?;
     attach_tree(&tree, host, &target)?;
@@ -660,6 +662,21 @@ fn mkdir(path: &Path, mode: u32) -> Result<(), RootfsError> {
     Ok(())
 }
 
+/// [`mkdir`], unless something is already at `path` (anything `Path::exists` accepts: a link
+/// to an existing directory counts, a dangling one does not). One `mkdir` call in the usual
+/// case (a fresh tmpfs, an image without the directory) instead of a `stat` before it: the
+/// existence check runs only when `mkdir` found something there.
+fn mkdir_unless_present(path: &Path, mode: u32) -> Result<(), RootfsError> {
+    match mkdir(path, mode) {
+        Err(RootfsError::Create { source, .. })
+            if source.kind() == std::io::ErrorKind::AlreadyExists && path.exists() =>
+        {
+            Ok(())
+        }
+        other => other,
+    }
+}
+
 /// Whether a directory made by `mkdir(path, mode)` under `umask` lacks bits of `mode`.
 fn mkdir_needs_chmod(mode: u32, umask: u32) -> bool {
     mode & umask & 0o777 != 0 || mode & !0o1777 != 0
@@ -735,6 +752,31 @@ mod tests {
             .collect();
         let pos = |p: &str| order.iter().position(|o| o == Path::new(p)).unwrap();
         assert!(pos("/home/u/proj") < pos("/home/u/proj/sub"));
+    }
+
+    #[test]
+    fn a_skeleton_directory_is_made_only_where_nothing_is() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let at = |n: &str| tmp.path().join(n);
+        mkdir_unless_present(&at("new"), 0o700).unwrap();
+        let mode = fs::metadata(at("new")).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode, 0o700);
+        // Whatever is there stays as it is, as with the `exists()` check this replaces.
+        fs::create_dir(at("dir")).unwrap();
+        fs::set_permissions(at("dir"), fs::Permissions::from_mode(0o750)).unwrap();
+        mkdir_unless_present(&at("dir"), 0o1777).unwrap();
+        let mode = fs::metadata(at("dir")).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode, 0o750, "an existing directory's mode was changed");
+        fs::write(at("file"), b"x").unwrap();
+        mkdir_unless_present(&at("file"), 0o755).unwrap();
+        assert!(fs::metadata(at("file")).unwrap().is_file());
+        symlink(at("dir"), at("link")).unwrap();
+        mkdir_unless_present(&at("link"), 0o755).unwrap();
+        // A dangling link is still an error (mkdir cannot make it, exists() says no).
+        symlink(at("absent"), at("dangling")).unwrap();
+        assert!(mkdir_unless_present(&at("dangling"), 0o755).is_err());
+        assert!(!at("absent").exists(), "the link was followed");
     }
 
     #[test]

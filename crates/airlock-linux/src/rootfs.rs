@@ -702,12 +702,41 @@ fn set_mode(path: &Path, mode: u32) -> Result<(), RootfsError> {
     })
 }
 
+/// Writes `content` to the file `path` with exactly `mode`. The usual case, a new file, takes
+/// one `open` with that mode (less the umask) and the write, plus an `fchmod` only when the umask
+/// took bits away (the 0666 device-node mount points under umask 022); a file already there is
+/// truncated, rewritten and given `mode` as before.
 fn write_file(path: &Path, content: &[u8], mode: u32) -> Result<(), RootfsError> {
-    fs::write(path, content).map_err(|source| RootfsError::Create {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let err = |source| RootfsError::Create {
         path: path.to_path_buf(),
         source,
-    })?;
-    set_mode(path, mode)
+    };
+    let created = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .open(path);
+    let mut file = match created {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            fs::write(path, content).map_err(err)?;
+            return set_mode(path, mode);
+        }
+        Err(e) => return Err(err(e)),
+    };
+    file.write_all(content).map_err(err)?;
+    if create_needs_chmod(mode, process_umask()) {
+        file.set_permissions(fs::Permissions::from_mode(mode))
+            .map_err(err)?;
+    }
+    Ok(())
+}
+
+/// Whether a file made by `open(path, O_CREAT, mode)` under `umask` lacks bits of `mode`.
+fn create_needs_chmod(mode: u32, umask: u32) -> bool {
+    mode & umask & 0o777 != 0 || mode & !0o777 != 0
 }
 
 #[cfg(test)]
@@ -777,6 +806,31 @@ mod tests {
         symlink(at("absent"), at("dangling")).unwrap();
         assert!(mkdir_unless_present(&at("dangling"), 0o755).is_err());
         assert!(!at("absent").exists(), "the link was followed");
+    }
+
+    #[test]
+    fn generated_files_get_exactly_their_mode_and_content() {
+        use std::os::unix::fs::PermissionsExt;
+        assert!(!create_needs_chmod(0o644, 0o022));
+        assert!(!create_needs_chmod(0o600, 0o077));
+        assert!(create_needs_chmod(0o666, 0o022), "a device mount point");
+        assert!(create_needs_chmod(0o644, 0o077), "a strict umask");
+        let tmp = tempfile::tempdir().unwrap();
+        for (name, mode) in [("a", 0o644), ("b", 0o666), ("c", 0o600), ("d", 0o444)] {
+            let path = tmp.path().join(name);
+            write_file(&path, name.as_bytes(), mode).unwrap();
+            let got = fs::metadata(&path).unwrap().permissions().mode() & 0o7777;
+            assert_eq!(got, mode, "{name}: {got:o} instead of {mode:o}");
+            assert_eq!(fs::read(&path).unwrap(), name.as_bytes());
+        }
+        // A file already there is rewritten and given the mode.
+        let path = tmp.path().join("old");
+        fs::write(&path, b"a longer old content").unwrap();
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o600)).unwrap();
+        write_file(&path, b"new", 0o644).unwrap();
+        assert_eq!(fs::read(&path).unwrap(), b"new");
+        let got = fs::metadata(&path).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(got, 0o644);
     }
 
     #[test]

@@ -56,7 +56,9 @@ pub fn read_image_db(root: &Path, name: &str) -> Option<String> {
     if !meta.file_type().is_file() || meta.len() > DB_CAP {
         return None;
     }
-    let mut bytes = Vec::new();
+    // Room for the whole file and one byte more: read in one call, and a second finds the end
+    // (an empty vector would grow from a 32-byte probe, one read per doubling).
+    let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).ok()? + 1);
     file.take(DB_CAP + 1).read_to_end(&mut bytes).ok()?;
     if bytes.len() as u64 > DB_CAP {
         return None;
@@ -250,7 +252,14 @@ mod tests {
         let etc = root.join("etc");
         std::fs::create_dir(&etc).unwrap();
         std::fs::write(etc.join("real"), "a:x:1:1::/:/bin/sh\n").unwrap();
-        assert!(read_image_db(root, "real").is_some());
+        assert_eq!(
+            read_image_db(root, "real").as_deref(),
+            Some("a:x:1:1::/:/bin/sh\n")
+        );
+        // Read whole whatever its size below the cap (the buffer is sized from the file).
+        let long = "u:x:7:7::/:/bin/sh\n".repeat(3000);
+        std::fs::write(etc.join("long"), &long).unwrap();
+        assert_eq!(read_image_db(root, "long").as_deref(), Some(long.as_str()));
         std::os::unix::fs::symlink(etc.join("real"), etc.join("link")).unwrap();
         assert_eq!(read_image_db(root, "link"), None);
         nix::unistd::mkfifo(&etc.join("fifo"), nix::sys::stat::Mode::S_IRWXU).unwrap();

@@ -124,13 +124,15 @@ fn filter_statoverride(host: &Path, upper: &Path) -> Result<(), RootfsError> {
         path: host.to_path_buf(),
         source,
     };
-    let file = match fs::symlink_metadata(host) {
-        Ok(m) if m.file_type().is_file() => fs::File::open(host).map_err(inspect)?,
+    let (file, len) = match fs::symlink_metadata(host) {
+        Ok(m) if m.file_type().is_file() => (fs::File::open(host).map_err(inspect)?, m.len()),
         Ok(_) => return Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
         Err(e) => return Err(inspect(e)),
     };
-    let mut text = String::new();
+    // Room for all of it (up to the cap) and one byte more: one read, and one finding the end.
+    let room = usize::try_from(len.min(STATOVERRIDE_CAP)).unwrap_or(0) + 1;
+    let mut text = String::with_capacity(room);
     file.take(STATOVERRIDE_CAP)
         .read_to_string(&mut text)
         .map_err(inspect)?;

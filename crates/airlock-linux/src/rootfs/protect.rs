@@ -53,8 +53,10 @@ pub(super) fn apply(
     owner: (u32, u32),
 ) -> Result<(), RootfsError> {
     let mut ops: BTreeMap<Vec<String>, Op> = BTreeMap::new();
+    // One descriptor of the workspace root for every rule: nothing is mounted until all of them
+    // are resolved, so it names what a fresh open would.
+    let root = open_dir_path(workspace)?;
     for rule in rules {
-        let root = open_dir_path(workspace)?;
         let components: Vec<&str> = rule.path.split('/').collect();
         let mut found = Vec::new();
         resolve(

@@ -4,21 +4,23 @@
 //! 1. `PR_SET_DUMPABLE = 0` first, before any secret is in use: no sandbox process — not
 //!    even one with the same uid — may ptrace PID 1, read its memory or open `/proc/1/fd/*`
 //!    (where the control socket and the key would be reachable).
-//! 2. When not actually PID 1 (tests, or a runtime without a PID namespace), become a child
+//! 2. Without `--root` processes, the capability bounding set emptied once (every process
+//!    PID 1 starts drops it anyway; its threads and their children inherit the empty set).
+//! 3. When not actually PID 1 (tests, or a runtime without a PID namespace), become a child
 //!    subreaper so orphans are still re-parented to us and reaped.
-//! 3. Install real handlers for `SIGCHLD`, `SIGTERM`, `SIGINT`, `SIGHUP` (a PID namespace's
+//! 4. Install real handlers for `SIGCHLD`, `SIGTERM`, `SIGINT`, `SIGHUP` (a PID namespace's
 //!    init only receives signals it has handlers for) feeding a self-pipe: `SIGCHLD` reaps
 //!    every zombie, the others are forwarded to the process group of every process the guest
 //!    started.
-//! 4. Bind the loopback relays (egress proxy, host ports) before the first exec, so no sandbox
+//! 5. Bind the loopback relays (egress proxy, host ports) before the first exec, so no sandbox
 //!    process can take their ports.
-//! 5. One event loop on the main thread polls the control socket, the signal pipe and the
+//! 6. One event loop on the main thread polls the control socket, the signal pipe and the
 //!    relay listeners with their handoff channels (`relay::Relays`, non-blocking): each stream
 //!    descriptor received on the control socket is served on its own thread, and a
 //!    byte-relayed connection gets its own threads while it lasts. An idle PID 1 is its main
 //!    thread alone. After `sys::mem::IDLE_AFTER` without an event it gives back the binary's
 //!    pages it mapped (`sys::mem::release_exe_pages`).
-//! 6. When the control socket closes (the host is gone), kill every process group and
+//! 7. When the control socket closes (the host is gone), kill every process group and
 //!    return; as PID 1 of the namespace, exiting takes the whole sandbox down with it.
 
 use std::os::fd::{AsFd, OwnedFd};
@@ -83,6 +85,14 @@ pub fn run(control: OwnedFd, opts: GuestOptions) -> i32 {
 fn serve(control: OwnedFd, opts: GuestOptions) -> Result<(), GuestError> {
     rustix::process::set_dumpable_behavior(DumpableBehavior::NotDumpable)
         .map_err(prctl("PR_SET_DUMPABLE"))?;
+    // Without `--root` processes every process PID 1 starts drops every capability: the
+    // bounding set is emptied once here (unless the linux backend's init stage did, while the
+    // host wrote the maps), on the thread every later thread descends from, so no spawn drops
+    // it again (see `empty_bounding_set`). PID 1 itself never executes a program, the only
+    // thing that set limits. Where it fails, each spawn drops it as before.
+    if !opts.root_allowed && opts.confinement.drop_capabilities {
+        let _ = airlock_linux::sys::process::empty_bounding_set();
+    }
     let me = getpid();
     if !me.is_init() {
         rustix::process::set_child_subreaper(Some(me)).map_err(prctl("PR_SET_CHILD_SUBREAPER"))?;

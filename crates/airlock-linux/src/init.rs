@@ -163,6 +163,14 @@ fn prepare<T>(
     // 3. Maps and cgroup are done by the host, which also passes a root invoker's id-mapped
     //    mounts (idmounts.rs) with the `mapped` line.
     sync.send("unshared")?;
+    // While the host writes the maps: a sandbox without `--root` processes starts only
+    // processes that drop every capability, so the bounding set (all of the new namespace's)
+    // is emptied once here, off the critical path, for PID 1 and every process it starts
+    // (`empty_bounding_set`). Neither this process nor PID 1 executes a program, the only
+    // thing the set limits. Where it fails, each spawn drops it as before.
+    if !boot.root_processes {
+        let _ = crate::sys::process::empty_bounding_set();
+    }
     let (labels, fds) = sync.expect_with_fds("mapped")?;
     let mut mounts = Received::new(&labels, fds)?;
     // Only now: a non-dumpable process's /proc files belong to root, which would have kept an

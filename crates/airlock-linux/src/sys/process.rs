@@ -18,8 +18,8 @@
 //! 4. `close_range(3, ~0, CLOSE_RANGE_CLOEXEC)`: every descriptor but 0/1/2 is marked
 //!    close-on-exec, so none survives `execve` (PRODUCT I7).
 //! 5. Capability bounding set emptied (one `PR_CAPBSET_DROP` per capability of the caller's
-//!    bounding set, read once per process) and ambient set cleared (when dropping
-//!    capabilities). This must precede step 6: `PR_CAPBSET_DROP` needs `CAP_SETPCAP`, which
+//!    bounding set, read once per process; none when the caller emptied its own for good,
+//!    [`empty_bounding_set`]) and ambient set cleared (when dropping capabilities). This must precede step 6: `PR_CAPBSET_DROP` needs `CAP_SETPCAP`, which
 //!    switching to a non-zero uid removes.
 //! 6. Identity: `setgroups`, `setresgid`, `setresuid` (raw per-thread syscalls, never libc's
 //!    set*id, which signal every thread of the caller), each id switch followed by
@@ -320,7 +320,7 @@ fn spawn_as(
             | 1 << libc::SIGPIPE
             | 1 << libc::SIGSEGV
             | 1 << libc::SIGBUS,
-        bounding: confinement.drop_capabilities.then(bounding_set),
+        bounding: confinement.drop_capabilities.then(bounding_to_drop),
         drop_capabilities: confinement.drop_capabilities,
         withhold_setfcap: confinement.withhold_setfcap && !confinement.drop_capabilities,
         no_new_privs: confinement.no_new_privs || confinement.seccomp.is_some(),
@@ -773,11 +773,13 @@ fn mode_for(setting: &[u8]) -> CloneMode {
     }
 }
 
+/// What [`bounding_set`] read, or 0 once [`empty_bounding_set`] emptied it.
+static BOUNDING: OnceLock<u64> = OnceLock::new();
+
 /// The capabilities of this process's bounding set (bit `n` for capability `n`), read once:
 /// the set only shrinks, so the first reading covers every later one (dropping a capability
 /// that is already gone succeeds).
 fn bounding_set() -> u64 {
-    static BOUNDING: OnceLock<u64> = OnceLock::new();
     *BOUNDING.get_or_init(|| {
         let mut set = 0u64;
         for cap in 0..64u32 {
@@ -792,6 +794,39 @@ fn bounding_set() -> u64 {
         }
         set
     })
+}
+
+/// What the child drops from the bounding set: [`bounding_set`], unless that says "emptied"
+/// while this thread still holds `CAP_CHOWN` there (a thread older than
+/// [`empty_bounding_set`], whose set is its own): then every capability, as before.
+fn bounding_to_drop() -> u64 {
+    let set = bounding_set();
+    let chown = CapabilitySet::CHOWN;
+    if set == 0 && rustix::thread::capability_is_in_bounding_set(chown).unwrap_or(true) {
+        return u64::MAX;
+    }
+    set
+}
+
+/// Empties the calling thread's capability bounding set for good, for a caller that spawns
+/// only processes with `drop_capabilities` (the guest's PID 1 when it serves no `--root`
+/// process): the threads it creates afterwards inherit the empty set, and so do the processes
+/// they [`spawn`], whose child then has nothing left to drop (it was one `PR_CAPBSET_DROP`,
+/// a new set of credentials each, per capability and per spawn). The bounding set only limits
+/// what an `execve` may grant; the caller keeps its effective and permitted capabilities.
+///
+/// Call it before the threads that spawn exist (the set is per thread). On failure (no
+/// `CAP_SETPCAP`) nothing is recorded, and every child drops the set itself as before.
+pub fn empty_bounding_set() -> Result<(), ProcessError> {
+    if BOUNDING.get() == Some(&0) && bounding_to_drop() == 0 {
+        // Emptied already, on this thread or one it descends from (the init stage, before
+        // PID 1 was forked): each drop would still make a new set of credentials.
+        return Ok(());
+    }
+    drop_bounding(u64::MAX).map_err(|e| parent_err("prctl(PR_CAPBSET_DROP)", e))?;
+    // A reading made before (by a spawn on this thread) stays: dropping again is harmless.
+    let _ = BOUNDING.set(0);
+    Ok(())
 }
 
 /// Drops the capabilities in `set` from the bounding set (one `PR_CAPBSET_DROP` each); a
@@ -1108,6 +1143,53 @@ mod tests {
             };
             assert_eq!(value.trim(), expected, "{line}");
         }
+    }
+
+    #[test]
+    fn children_of_threads_made_before_or_after_the_bounding_set_was_emptied_hold_none() {
+        if !airlock_testkit::needs_root("emptying the bounding set needs CAP_SETPCAP") {
+            return;
+        }
+        fn caps() -> String {
+            let confinement = Confinement {
+                drop_capabilities: true,
+                no_new_privs: true,
+                ..Confinement::default()
+            };
+            let argv = ["grep", "-E", "^(Cap|NoNewPrivs)", "/proc/self/status"];
+            let (code, out) = run(&argv, Identity::Inherit, &confinement).unwrap();
+            assert_eq!(code, 0, "{out}");
+            out
+        }
+        fn assert_none(out: &str) {
+            for line in out.lines() {
+                let (key, value) = line.split_once(':').unwrap();
+                let want = if key == "NoNewPrivs" {
+                    "1"
+                } else {
+                    "0000000000000000"
+                };
+                assert_eq!(value.trim(), want, "{line}");
+            }
+        }
+        // A thread that exists before the set is emptied keeps its own, full set.
+        let (go, wait) = std::sync::mpsc::channel::<()>();
+        let older = std::thread::spawn(move || {
+            wait.recv().unwrap();
+            caps()
+        });
+        std::thread::spawn(move || {
+            empty_bounding_set().unwrap();
+            let own = rustix::thread::capabilities(None).unwrap();
+            assert!(own.effective.contains(CapabilitySet::SYS_ADMIN), "{own:?}");
+            assert_none(&caps());
+            // And a thread made after it inherits the empty set.
+            assert_none(&std::thread::spawn(caps).join().unwrap());
+        })
+        .join()
+        .unwrap();
+        go.send(()).unwrap();
+        assert_none(&older.join().unwrap());
     }
 
     #[test]

@@ -204,3 +204,54 @@ both! {
         }
     }
 }
+
+/// The capability sets and `no_new_privs` of the process that runs the script.
+const CAPS_SCRIPT: &str = "grep -E '^(Cap(Inh|Prm|Eff|Bnd|Amb)|NoNewPrivs):' /proc/self/status";
+
+/// `(name, value)` of each line `CAPS_SCRIPT` printed; every one of the six must be there.
+fn cap_lines(out: &str) -> Vec<(String, u64)> {
+    let lines: Vec<(String, u64)> = out
+        .lines()
+        .map(|l| {
+            let (k, v) = l.split_once(':').expect(out);
+            (k.to_owned(), u64::from_str_radix(v.trim(), 16).expect(out))
+        })
+        .collect();
+    assert_eq!(lines.len(), 6, "{out}");
+    lines
+}
+
+/// I6 for a sandbox-user process: every capability set empty (the bounding set too, so no
+/// later exec gains any) and `no_new_privs`.
+fn assert_unprivileged(out: &str, what: &str) {
+    for (key, value) in cap_lines(out) {
+        let want = u64::from(key == "NoNewPrivs");
+        assert_eq!(value, want, "{what}: {key} in\n{out}");
+    }
+}
+
+both! {
+    /// I6: a command started by `run`, and one started by `exec` in a persistent sandbox, holds
+    /// no capability in any set (inheritable, permitted, effective, bounding, ambient) and has
+    /// `no_new_privs`; a `--root` command (where available) keeps its capabilities but
+    /// `CAP_SETFCAP`, bounding set included, also with `no_new_privs`.
+    fn sandbox_processes_hold_no_capabilities_and_no_new_privs(rt) {
+        assert_unprivileged(ok(&rt.sh(&[], CAPS_SCRIPT)), "run");
+        ok(&rt.run_args(&["up", "--no-attach"], None));
+        let exec = rt.run_args(&["exec", "--", "sh", "-c", CAPS_SCRIPT], None);
+        assert_unprivileged(ok(&exec), "exec");
+        if rt.root_available() {
+            let root = rt.run_args(&["exec", "--root", "--", "sh", "-c", CAPS_SCRIPT], None);
+            const SETFCAP: u64 = 1 << 31;
+            const CHOWN: u64 = 1;
+            for (key, value) in cap_lines(ok(&root)) {
+                match key.as_str() {
+                    "NoNewPrivs" => assert_eq!(value, 1, "exec --root"),
+                    "CapInh" | "CapAmb" => assert_eq!(value, 0, "exec --root: {key}"),
+                    _ => assert_eq!(value & (SETFCAP | CHOWN), CHOWN, "exec --root: {key} {value:x}"),
+                }
+            }
+        }
+        ok(&rt.run_args(&["down"], None));
+    }
+}

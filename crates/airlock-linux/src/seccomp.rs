@@ -544,6 +544,7 @@ fn reference_filter(arch: TargetArch) -> Result<BpfProgram, SeccompError> {
 
 const BPF_ALU_AND_K: u16 = 0x04 | 0x50;
 const BPF_JMP_JEQ_K: u16 = 0x05 | 0x10;
+const BPF_JMP_JSET_K: u16 = 0x05 | 0x40;
 /// Offsets in `struct seccomp_data`: `nr`, `arch`, then `args[6]` (u64 each, the low word
 /// first on the little-endian architectures supported here).
 const DATA_NR: u32 = 0;
@@ -571,6 +572,8 @@ enum Op {
     Eq { k: u32, jt: Label, jf: Label },
     /// `JMP JGE K`.
     Ge { k: u32, jt: Label, jf: Label },
+    /// `JMP JSET K`: to `jt` when the accumulator has a bit of `k` set.
+    Set { k: u32, jt: Label, jf: Label },
     /// `JMP JA`.
     Always(Label),
     /// `RET K`.
@@ -622,6 +625,7 @@ impl Asm {
                 Op::And(k) => ins(BPF_ALU_AND_K, 0, 0, k),
                 Op::Eq { k, jt, jf } => ins(BPF_JMP_JEQ_K, short(jt)?, short(jf)?, k),
                 Op::Ge { k, jt, jf } => ins(BPF_JMP_JGE_K, short(jt)?, short(jf)?, k),
+                Op::Set { k, jt, jf } => ins(BPF_JMP_JSET_K, short(jt)?, short(jf)?, k),
                 Op::Always(to) => ins(
                     BPF_JMP_JA,
                     0,
@@ -636,13 +640,28 @@ impl Asm {
 }
 
 /// One comparison of a rule's condition: the word at `word` of `seccomp_data` (masked with
-/// `mask`, if any) equals `k` (`equal`), or does not.
-#[derive(Clone, Copy)]
+/// `mask`, if any) equals `k` (`equal`), or does not; with `any`, the word has one of the bits
+/// of `mask` set (`JSET`: for a single bit, the same as "has all of them").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Test {
     word: u32,
     mask: Option<u32>,
     k: u32,
     equal: bool,
+    any: bool,
+}
+
+impl Test {
+    /// `(a OR b)` as one test where both are "one of these bits" on the same word.
+    fn either(self, other: Test) -> Option<Test> {
+        let bits = |t: Test| t.mask.filter(|_| t.any && t.equal);
+        let (mine, theirs) = (bits(self)?, bits(other)?);
+        (self.word == other.word).then_some(Test {
+            mask: Some(mine | theirs),
+            k: mine | theirs,
+            ..self
+        })
+    }
 }
 
 /// The comparisons that must all hold for `when` to match (none: every call matches). The
@@ -654,12 +673,14 @@ fn tests(when: When) -> Vec<Test> {
         mask: Some(bits),
         k: bits,
         equal: true,
+        any: bits.count_ones() == 1,
     };
     let eq = |word, k, equal| Test {
         word,
         mask: None,
         k,
         equal,
+        any: false,
     };
     match when {
         When::Always => Vec::new(),
@@ -702,7 +723,7 @@ const DENY_ORDER: [Deny; 3] = [Deny::Eperm, Deny::Enosys, Deny::Eafnosupport];
 /// rules' argument checks, `EPERM` rules first, then `ENOSYS`, then `EAFNOSUPPORT`, each in
 /// table order; every verdict is one shared `RET`.
 ///
-/// One program of ~200 instructions rather than three `seccompiler` programs behind a
+/// One program of ~150 instructions rather than three `seccompiler` programs behind a
 /// prefilter (~600, [`reference_filter`] in the tests): the kernel converts and JIT-compiles
 /// the whole program at each `seccomp(2)`, about 0.3 us per instruction here, and every
 /// sandbox process pays that load before its `execve`; and a named syscall (`openat`, `ioctl`,
@@ -758,10 +779,9 @@ fn assemble(arch: TargetArch, rules: &[Rule]) -> Result<BpfProgram, SeccompError
     for (block, rules) in blocks {
         a.bind(block);
         let mut acc: Option<u32> = None;
-        for rule in rules {
-            let tests = tests(rule.when);
+        for (deny, tests) in alternatives(&rules) {
             if tests.is_empty() {
-                a.push(Op::Always(verdict(rule.deny)));
+                a.push(Op::Always(verdict(deny)));
                 break;
             }
             let fail = a.label();
@@ -771,17 +791,21 @@ fn assemble(arch: TargetArch, rules: &[Rule]) -> Result<BpfProgram, SeccompError
                     a.push(Op::Load(t.word));
                     acc = Some(t.word);
                 }
-                if let Some(mask) = t.mask {
-                    a.push(Op::And(mask));
-                    acc = None;
-                }
                 let pass = if i + 1 == count {
-                    verdict(rule.deny)
+                    verdict(deny)
                 } else {
                     a.label()
                 };
                 let (jt, jf) = if t.equal { (pass, fail) } else { (fail, pass) };
-                a.push(Op::Eq { k: t.k, jt, jf });
+                match t.mask {
+                    Some(k) if t.any => a.push(Op::Set { k, jt, jf }),
+                    Some(mask) => {
+                        a.push(Op::And(mask));
+                        acc = None;
+                        a.push(Op::Eq { k: t.k, jt, jf });
+                    }
+                    None => a.push(Op::Eq { k: t.k, jt, jf }),
+                }
                 if i + 1 < count {
                     a.bind(pass);
                 }
@@ -802,6 +826,46 @@ fn assemble(arch: TargetArch, rules: &[Rule]) -> Result<BpfProgram, SeccompError
         a.push(Op::Ret(SECCOMP_RET_ERRNO | d.errno()));
     }
     a.finish()
+}
+
+/// The rules of one syscall as alternatives in judging order, each a verdict and the tests that
+/// must all hold for it (none: always). Neighbours with the same verdict whose tests differ
+/// only in one "one of these bits" test on the same word are one alternative with the bits
+/// joined: `(A and bit x) or (A and bit y)` is `A and one of x, y` (setuid or setgid in a mode
+/// argument, `O_CREAT` or `O_TMPFILE` with it, each of personality's flags).
+fn alternatives(rules: &[&Rule]) -> Vec<(Deny, Vec<Test>)> {
+    let mut out: Vec<(Deny, Vec<Test>)> = Vec::new();
+    for rule in rules {
+        let mut next = (rule.deny, tests(rule.when));
+        while let Some(last) = out.last() {
+            match join(last, &next) {
+                Some(joined) => {
+                    next = joined;
+                    out.pop();
+                }
+                None => break,
+            }
+        }
+        out.push(next);
+    }
+    out
+}
+
+/// `a or b` as one alternative, where they differ in one joinable test only.
+fn join(a: &(Deny, Vec<Test>), b: &(Deny, Vec<Test>)) -> Option<(Deny, Vec<Test>)> {
+    if a.0 != b.0 || a.1.len() != b.1.len() || a.1.is_empty() {
+        return None;
+    }
+    let differ: Vec<usize> = (0..a.1.len()).filter(|i| a.1[*i] != b.1[*i]).collect();
+    match differ[..] {
+        [] => Some(a.clone()),
+        [i] => {
+            let mut tests = a.1.clone();
+            tests[i] = a.1[i].either(b.1[i])?;
+            Some((a.0, tests))
+        }
+        _ => None,
+    }
 }
 
 /// The rules naming `nr`, in judging order (errno class, then table order).
@@ -1556,7 +1620,7 @@ mod tests {
         let reference = reference_filter(arch).unwrap();
         let program = sandbox_filter().unwrap();
         assert!(
-            program.len() * 2 < reference.len(),
+            program.len() * 3 < reference.len(),
             "{} instructions, the reference has {}",
             program.len(),
             reference.len()

@@ -247,13 +247,17 @@ impl Tunnel {
         T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
         let host = self.target.host.clone();
-        let config = match self.shared.ca().and_then(|ca| ca.leaf(&host)) {
-            Ok(leaf) => server_config(leaf),
-            Err(e) => {
-                tracing::error!(error = %e, %host, "cannot intercept: no certificate");
-                None
-            }
-        };
+        let config = self.shared.server_configs.get_or_try_insert(&host, || {
+            let leaf = self
+                .shared
+                .ca()
+                .and_then(|ca| ca.leaf(&host))
+                .map_err(|e| {
+                    tracing::error!(error = %e, %host, "cannot intercept: no certificate");
+                })?;
+            server_config(leaf).ok_or(())
+        });
+        let config = config.ok();
         let Some(config) = config else {
             // The connection closes without a handshake; the audit says why.
             self.audit_failed("the interception CA is unavailable; see the proxy's error log");
@@ -314,6 +318,9 @@ async fn read_hello<T: AsyncRead + Unpin>(
         }
     }
 }
+
+/// Intercepted hosts whose TLS server configuration is kept ([`Shared::server_configs`]).
+pub(crate) const MAX_SERVER_CONFIGS: usize = 64;
 
 /// Presents one certificate whatever the client asks (the SNI was checked already).
 #[derive(Debug)]

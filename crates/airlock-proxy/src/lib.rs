@@ -37,6 +37,7 @@ mod connect;
 pub mod denial;
 mod forward;
 pub mod handoff;
+mod host_cache;
 mod respond;
 pub mod server;
 mod shared;

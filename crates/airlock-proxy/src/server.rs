@@ -36,6 +36,7 @@ use crate::ca::{CaError, CertificateAuthority};
 use crate::connect::ClientStream;
 use crate::forward::{self, UpstreamSlot};
 use crate::handoff;
+use crate::host_cache::HostCache;
 use crate::respond::ProxyBody;
 #[cfg(test)]
 use crate::shared::SnapshotHook;
@@ -154,6 +155,7 @@ impl Proxy {
             audit,
             ca_dir: cfg.ca_dir,
             ca: Mutex::new(None),
+            server_configs: HostCache::new(crate::connect::MAX_SERVER_CONFIGS),
             shutdown: stop_rx,
             #[cfg(test)]
             snapshot_hook: Mutex::new(None),

@@ -20,6 +20,7 @@ use tokio::sync::watch;
 
 use crate::audit::AuditLog;
 use crate::ca::{CaError, CertificateAuthority};
+use crate::host_cache::HostCache;
 use crate::tls::UpstreamTrust;
 
 /// The policy and secrets in force; replaced as a whole by [`ProxyHandle::update`].
@@ -37,6 +38,12 @@ pub(crate) struct Shared {
     pub audit: Arc<AuditLog>,
     pub(crate) ca_dir: PathBuf,
     pub(crate) ca: Mutex<Option<Arc<CertificateAuthority>>>,
+    /// The TLS server configuration of each intercepted host, built at its first
+    /// interception: a later connection to that host builds nothing and its client can resume
+    /// an earlier TLS session (the configuration's session store) instead of a full handshake
+    /// with a signature. One per host (a session is never resumed for another host), at most
+    /// [`crate::connect::MAX_SERVER_CONFIGS`] ([`HostCache`]).
+    pub(crate) server_configs: HostCache<Arc<rustls::ServerConfig>>,
     pub shutdown: watch::Receiver<bool>,
     /// Test hook: runs once, right after the first policy snapshot a request takes.
     #[cfg(test)]

@@ -219,6 +219,56 @@ async fn requests_reusing_one_intercepted_connection_each_get_the_value() {
 }
 
 #[tokio::test]
+async fn a_second_intercepted_connection_to_a_host_resumes_its_tls_session() {
+    let (w, port) = https_world(API, true).await;
+    let carriers = (None, &["x-api-key"][..]);
+    let ph = w.set_secret_in("TOKEN", &[&format!("{API}:{port}")], carriers, allow(port));
+    let airlock_ca = w.proxy.ca().unwrap().cert_pem().to_owned();
+    // One client configuration (and so one client session cache) for both connections.
+    let client = client_tls(&[&airlock_ca]);
+    let mut kinds = Vec::new();
+    for i in 0..2 {
+        let (_, stream) = connect(w.addr, &format!("{API}:{port}")).await;
+        let name = rustls::pki_types::ServerName::try_from(API).unwrap();
+        let tls = tokio_rustls::TlsConnector::from(client.clone())
+            .connect(name, stream.unwrap())
+            .await
+            .unwrap();
+        kinds.push(tls.get_ref().1.handshake_kind());
+        let peer = tls.get_ref().1.peer_certificates().unwrap()[0].to_vec();
+        assert!(der_contains(&peer, API), "the leaf names the host");
+        let req = hyper::Request::get(format!("/r{i}"))
+            .header("host", format!("{API}:{port}"))
+            .header("x-api-key", &ph)
+            .body(http_body_util::Full::new(bytes::Bytes::new()))
+            .unwrap();
+        // Reading the answer also reads the session tickets the proxy sent.
+        let (mut sender, conn) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls))
+                .await
+                .unwrap();
+        tokio::spawn(conn);
+        let resp = sender.send_request(req).await.unwrap();
+        assert_eq!(resp.status(), 200);
+        let body = http_body_util::BodyExt::collect(resp.into_body())
+            .await
+            .unwrap()
+            .to_bytes();
+        let body = String::from_utf8_lossy(&body);
+        assert!(
+            body.contains(&format!("h:x-api-key={SECRET_VALUE}\n")),
+            "{body}"
+        );
+    }
+    use rustls::HandshakeKind::{Full, Resumed};
+    assert_eq!(kinds, [Some(Full), Some(Resumed)]);
+    let audit = w.audit(2).await;
+    assert!(audit
+        .iter()
+        .all(|e| e.mode == Mode::Intercept && e.secrets == ["TOKEN"]));
+}
+
+#[tokio::test]
 async fn a_restarted_proxy_keeps_the_ca_and_the_placeholders() {
     let (w, port) = https_world(API, true).await;
     let carriers = (None, &["x-api-key"][..]);

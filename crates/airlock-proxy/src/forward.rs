@@ -13,7 +13,9 @@
 //! 6. stream the response back; the audit line is written when it ends ([`AuditGuard`]).
 
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use http_body_util::BodyExt;
@@ -23,6 +25,7 @@ use hyper::header::{HeaderMap, HeaderName, HeaderValue, CONNECTION, HOST};
 use hyper::{Request, Response, StatusCode, Uri, Version};
 use hyper_util::rt::TokioIo;
 use rustls::pki_types::ServerName;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
 use crate::audit::{Mode, Verdict};
@@ -304,7 +307,8 @@ async fn upstream_sender(
     }
     let tcp = connect_tcp(target.addr).await?;
     if !tls {
-        let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
+        let io = TokioIo::new(ShutdownAfterOthers::new(tcp));
+        let (sender, conn) = hyper::client::conn::http1::handshake(io)
             .await
             .map_err(|e| e.to_string())?;
         shared.spawn(async move {
@@ -322,13 +326,81 @@ async fn upstream_sender(
         .connect(name, tcp)
         .await
         .map_err(|e| format!("upstream TLS verification failed: {e}"))?;
-    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+    let io = TokioIo::new(ShutdownAfterOthers::new(stream));
+    let (sender, conn) = hyper::client::conn::http1::handshake(io)
         .await
         .map_err(|e| e.to_string())?;
     shared.spawn(async move {
         let _ = conn.await;
     });
     Ok(sender)
+}
+
+/// An upstream stream whose shutdown lets every task already woken run first.
+///
+/// When an upstream answers with `Connection: close`, hyper's connection task reads the last
+/// bytes, hands them to the response body (waking the task that writes them to the sandbox
+/// client) and, in the same poll, shuts the socket down and closes it: the FIN, its loopback
+/// delivery and the close then ran before the client got its answer (B5: a forwarded plain
+/// HTTP request paid them in series). The first `poll_shutdown` therefore only schedules
+/// itself again; the shutdown itself is unchanged, one turn of the runtime later.
+struct ShutdownAfterOthers<S> {
+    inner: S,
+    yielded: bool,
+}
+
+impl<S> ShutdownAfterOthers<S> {
+    fn new(inner: S) -> Self {
+        ShutdownAfterOthers {
+            inner,
+            yielded: false,
+        }
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for ShutdownAfterOthers<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for ShutdownAfterOthers<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        if !self.yielded {
+            self.yielded = true;
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
+        }
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
 }
 
 /// Removes hop-by-hop headers (RFC 9110 §7.6.1), including those `Connection` names.

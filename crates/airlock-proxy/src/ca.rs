@@ -10,12 +10,15 @@
 //! Signing leaves needs the issuer's distinguished name and key only; the name is derived from
 //! the public key ([`ca_params`]), so the issuer is rebuilt from the key file alone and always
 //! matches the certificate on disk. Leaves (one per host, ECDSA P-256, valid from yesterday for
-//! 30 days, `serverAuth`) share one key per process and are cached in memory.
+//! 30 days, `serverAuth`) share one key per process and are cached in memory: at most
+//! [`MAX_LEAVES`] hosts, oldest first out, so a sandbox naming ever new hosts under a wildcard
+//! rule cannot grow the proxy; and a cached leaf is issued again once it is
+//! [`REISSUE_AFTER_DAYS`] old, long before it expires, so a proxy that runs for months keeps
+//! presenting valid certificates.
 
-use std::collections::HashMap;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use airlock_core::{write_atomic, AtomicWriteError};
 use rcgen::{
@@ -26,7 +29,10 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use rustls::sign::CertifiedKey;
 use sha2::{Digest, Sha256};
 
-use crate::clock::date_from_today;
+use airlock_core::records::civil_from_days;
+
+use crate::clock::{date_from_today, today};
+use crate::host_cache::HostCache;
 
 const KEY_FILE: &str = "ca-key.pem";
 const CERT_FILE: &str = "ca.pem";
@@ -99,7 +105,23 @@ pub struct CertificateAuthority {
     issuer: rcgen::Certificate,
     issuer_key: KeyPair,
     leaf_key: KeyPair,
-    leaves: Mutex<HashMap<String, Arc<CertifiedKey>>>,
+    leaves: HostCache<Issued>,
+}
+
+/// Hosts whose leaf the CA keeps (see the module docs).
+pub(crate) const MAX_LEAVES: usize = 256;
+
+/// Days a leaf is valid after the day it is issued.
+const LEAF_DAYS: i64 = 30;
+
+/// Days after which a cached leaf (valid [`LEAF_DAYS`]) is issued again.
+pub(crate) const REISSUE_AFTER_DAYS: i64 = 14;
+
+/// A cached leaf and the day (since the Unix epoch) it was issued.
+#[derive(Clone)]
+struct Issued {
+    leaf: Arc<CertifiedKey>,
+    day: i64,
 }
 
 impl std::fmt::Debug for CertificateAuthority {
@@ -138,7 +160,7 @@ impl CertificateAuthority {
             issuer,
             issuer_key,
             leaf_key,
-            leaves: Mutex::new(HashMap::new()),
+            leaves: HostCache::new(MAX_LEAVES),
         })
     }
 
@@ -165,16 +187,25 @@ impl CertificateAuthority {
 
     /// A leaf for `host` (a DNS name or IP address), cached per host.
     pub fn leaf(&self, host: &str) -> Result<Arc<CertifiedKey>, CaError> {
-        let mut cache = self.leaves.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(leaf) = cache.get(host) {
-            return Ok(leaf.clone());
-        }
-        let leaf = Arc::new(self.issue(host)?);
-        cache.insert(host.to_owned(), leaf.clone());
-        Ok(leaf)
+        self.leaf_on(host, today())
     }
 
-    fn issue(&self, host: &str) -> Result<CertifiedKey, CaError> {
+    /// [`Self::leaf`] as on day `today` (days since the Unix epoch).
+    fn leaf_on(&self, host: &str, today: i64) -> Result<Arc<CertifiedKey>, CaError> {
+        let issued = self.leaves.get_or_try_insert_if(
+            host,
+            |cached| today - cached.day < REISSUE_AFTER_DAYS,
+            || {
+                Ok(Issued {
+                    leaf: Arc::new(self.issue(host, today)?),
+                    day: today,
+                })
+            },
+        )?;
+        Ok(issued.leaf)
+    }
+
+    fn issue(&self, host: &str, today: i64) -> Result<CertifiedKey, CaError> {
         let crypto = |source| CaError::Crypto {
             path: self.dir.join(KEY_FILE),
             what: "cannot issue a leaf certificate",
@@ -192,9 +223,9 @@ impl CertificateAuthority {
         params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
         params.use_authority_key_identifier_extension = true;
         params.serial_number = Some(random_serial());
-        let (y, m, d) = date_from_today(-1);
+        let (y, m, d) = civil_from_days(today - 1);
         params.not_before = rcgen::date_time_ymd(y, m, d);
-        let (y, m, d) = date_from_today(30);
+        let (y, m, d) = civil_from_days(today + LEAF_DAYS);
         params.not_after = rcgen::date_time_ymd(y, m, d);
         let cert = params
             .signed_by(&self.leaf_key, &self.issuer, &self.issuer_key)
@@ -343,4 +374,86 @@ fn read_cert(path: &Path) -> Result<String, CaError> {
         path: path.to_path_buf(),
         source: io::ErrorKind::NotFound.into(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rustls::client::danger::ServerCertVerifier;
+    use rustls::client::WebPkiServerVerifier;
+    use rustls::pki_types::{ServerName, UnixTime};
+    use rustls::RootCertStore;
+    use std::time::Duration;
+
+    /// Whether a client trusting only this CA accepts `leaf` for `host` at noon on `day`.
+    fn valid_on(ca: &CertificateAuthority, leaf: &CertifiedKey, host: &str, day: i64) -> bool {
+        let mut roots = RootCertStore::empty();
+        roots.add(pem_der(ca.cert_pem())).unwrap();
+        let verifier = WebPkiServerVerifier::builder_with_provider(
+            Arc::new(roots),
+            Arc::new(rustls::crypto::ring::default_provider()),
+        )
+        .build()
+        .unwrap();
+        let noon = UnixTime::since_unix_epoch(Duration::from_secs((day * 86_400 + 43_200) as u64));
+        let name = ServerName::try_from(host.to_owned()).unwrap();
+        verifier
+            .verify_server_cert(&leaf.cert[0], &[], &name, &[], noon)
+            .is_ok()
+    }
+
+    fn pem_der(pem: &str) -> CertificateDer<'static> {
+        use base64::Engine;
+        let body: String = pem.lines().filter(|l| !l.starts_with("-----")).collect();
+        let der = base64::engine::general_purpose::STANDARD
+            .decode(body)
+            .unwrap();
+        CertificateDer::from(der)
+    }
+
+    #[test]
+    fn a_cached_leaf_is_issued_again_long_before_it_expires() {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = CertificateAuthority::load_or_create(&dir.path().join("ca")).unwrap();
+        let host = "api.example.test";
+        let day = today();
+        let first = ca.leaf_on(host, day).unwrap();
+        assert!(valid_on(&ca, &first, host, day));
+        assert!(valid_on(&ca, &first, host, day + LEAF_DAYS - 1));
+        assert!(
+            !valid_on(&ca, &first, host, day + LEAF_DAYS + 1),
+            "it does expire"
+        );
+        let later = ca.leaf_on(host, day + REISSUE_AFTER_DAYS - 1).unwrap();
+        assert!(Arc::ptr_eq(&first, &later), "kept while young");
+        // Whatever day a leaf is asked for, the one handed out is valid that day and still
+        // for days after it: a proxy running for months never presents an expired one.
+        for ask in day..day + 3 * LEAF_DAYS {
+            let leaf = ca.leaf_on(host, ask).unwrap();
+            assert!(valid_on(&ca, &leaf, host, ask), "day {}", ask - day);
+            let margin = LEAF_DAYS - REISSUE_AFTER_DAYS - 1;
+            assert!(
+                valid_on(&ca, &leaf, host, ask + margin),
+                "day {}",
+                ask - day
+            );
+        }
+    }
+
+    #[test]
+    fn the_leaf_cache_is_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = CertificateAuthority::load_or_create(&dir.path().join("ca")).unwrap();
+        let day = today();
+        let first = ca.leaf_on("h0.test", day).unwrap();
+        for n in 1..=MAX_LEAVES {
+            ca.leaf_on(&format!("h{n}.test"), day).unwrap();
+        }
+        assert_eq!(ca.leaves.len(), MAX_LEAVES);
+        let again = ca.leaf_on("h0.test", day).unwrap();
+        assert!(
+            !Arc::ptr_eq(&first, &again),
+            "the oldest host was forgotten"
+        );
+    }
 }

@@ -13,9 +13,14 @@ fn now() -> (i64, u32) {
     (d.as_secs() as i64, d.subsec_millis())
 }
 
+/// Today as days since the Unix epoch.
+pub fn today() -> i64 {
+    now().0.div_euclid(86_400)
+}
+
 /// Today's date shifted by `offset_days`.
 pub fn date_from_today(offset_days: i64) -> (i32, u8, u8) {
-    civil_from_days(now().0.div_euclid(86_400) + offset_days)
+    civil_from_days(today() + offset_days)
 }
 
 /// Now as `YYYY-MM-DDTHH:MM:SS.mmmZ`.

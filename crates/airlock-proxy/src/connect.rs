@@ -247,16 +247,27 @@ impl Tunnel {
         T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
         let host = self.target.host.clone();
-        let config = self.shared.server_configs.get_or_try_insert(&host, || {
-            let leaf = self
-                .shared
-                .ca()
-                .and_then(|ca| ca.leaf(&host))
-                .map_err(|e| {
-                    tracing::error!(error = %e, %host, "cannot intercept: no certificate");
-                })?;
-            server_config(leaf).ok_or(())
-        });
+        // The CA decides when a host's leaf is issued again; a kept configuration is used
+        // only while it still presents the CA's current leaf for this host.
+        let config = self
+            .shared
+            .ca()
+            .and_then(|ca| ca.leaf(&host))
+            .map_err(|e| {
+                tracing::error!(error = %e, %host, "cannot intercept: no certificate");
+            })
+            .and_then(|leaf| {
+                self.shared.server_configs.get_or_try_insert_if(
+                    &host,
+                    |(_, presented)| Arc::ptr_eq(presented, &leaf),
+                    || {
+                        server_config(leaf.clone())
+                            .map(|c| (c, leaf.clone()))
+                            .ok_or(())
+                    },
+                )
+            })
+            .map(|(config, _)| config);
         let config = config.ok();
         let Some(config) = config else {
             // The connection closes without a handshake; the audit says why.

@@ -35,14 +35,31 @@ impl<V: Clone> HostCache<V> {
 
     /// The value for `host`, made by `make` (and kept) when there is none; an error is
     /// returned and nothing is kept.
+    #[cfg(test)]
     pub(crate) fn get_or_try_insert<E>(
         &self,
         host: &str,
         make: impl FnOnce() -> Result<V, E>,
     ) -> Result<V, E> {
+        self.get_or_try_insert_if(host, |_| true, make)
+    }
+
+    /// As [`Self::get_or_try_insert`], but a kept value for which `fresh` is false is made
+    /// again (and replaces it); if making it fails, the stale value is forgotten too.
+    pub(crate) fn get_or_try_insert_if<E>(
+        &self,
+        host: &str,
+        fresh: impl FnOnce(&V) -> bool,
+        make: impl FnOnce() -> Result<V, E>,
+    ) -> Result<V, E> {
         let mut e = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(v) = e.map.get(host) {
-            return Ok(v.clone());
+        match e.map.get(host) {
+            Some(v) if fresh(v) => return Ok(v.clone()),
+            Some(_) => {
+                e.map.remove(host);
+                e.order.retain(|h| h != host);
+            }
+            None => {}
         }
         let v = make()?;
         while e.map.len() >= self.max {
@@ -109,6 +126,50 @@ mod tests {
         assert_eq!(made, before, "the newest is kept");
         get(&cache, "h0.test", &mut made);
         assert_eq!(made, before + 1, "the oldest was forgotten");
+    }
+
+    #[test]
+    fn a_stale_value_is_made_again_and_replaces_the_old_one() {
+        let cache: HostCache<u32> = HostCache::new(2);
+        let ok = |v| move || Ok::<_, Infallible>(v);
+        assert_eq!(cache.get_or_try_insert_if("a.test", |_| true, ok(1)), Ok(1));
+        assert_eq!(
+            cache.get_or_try_insert_if("a.test", |v| *v == 1, ok(2)),
+            Ok(1)
+        );
+        assert_eq!(
+            cache.get_or_try_insert_if("a.test", |v| *v != 1, ok(3)),
+            Ok(3)
+        );
+        assert_eq!(
+            cache.get_or_try_insert("a.test", ok(4)),
+            Ok(3),
+            "the new one is kept"
+        );
+        assert_eq!(cache.len(), 1, "replaced, not added");
+        // A failed remake forgets the stale value.
+        assert!(cache
+            .get_or_try_insert_if("a.test", |_| false, || Err::<u32, _>("no"))
+            .is_err());
+        assert_eq!(cache.len(), 0);
+        // A remade value counts as the newest: b, older, goes first when c comes.
+        cache.get_or_try_insert("a.test", ok(8)).unwrap();
+        cache.get_or_try_insert("b.test", ok(9)).unwrap();
+        assert_eq!(
+            cache.get_or_try_insert_if("a.test", |_| false, ok(10)),
+            Ok(10)
+        );
+        cache.get_or_try_insert("c.test", ok(11)).unwrap();
+        assert_eq!(
+            cache.get_or_try_insert("a.test", ok(12)),
+            Ok(10),
+            "a was kept"
+        );
+        assert_eq!(
+            cache.get_or_try_insert("b.test", ok(13)),
+            Ok(13),
+            "b was forgotten"
+        );
     }
 
     #[test]

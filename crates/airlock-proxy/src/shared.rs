@@ -42,8 +42,10 @@ pub(crate) struct Shared {
     /// interception: a later connection to that host builds nothing and its client can resume
     /// an earlier TLS session (the configuration's session store) instead of a full handshake
     /// with a signature. One per host (a session is never resumed for another host), at most
-    /// [`crate::connect::MAX_SERVER_CONFIGS`] ([`HostCache`]).
-    pub(crate) server_configs: HostCache<Arc<rustls::ServerConfig>>,
+    /// [`crate::connect::MAX_SERVER_CONFIGS`] ([`HostCache`]). Kept with the leaf it presents:
+    /// once the CA issues that host a new leaf, the configuration is built again.
+    pub(crate) server_configs:
+        HostCache<(Arc<rustls::ServerConfig>, Arc<rustls::sign::CertifiedKey>)>,
     pub shutdown: watch::Receiver<bool>,
     /// Test hook: runs once, right after the first policy snapshot a request takes.
     #[cfg(test)]

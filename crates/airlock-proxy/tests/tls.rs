@@ -195,17 +195,13 @@ async fn requests_reusing_one_intercepted_connection_each_get_the_value() {
     tokio::spawn(conn);
     for i in 0..3 {
         sender.ready().await.unwrap();
-        let req = hyper::Request::get(format!("/n{i}"))
-            .header("host", format!("{API}:{port}"))
-            .header("x-api-key", &ph)
-            .body(http_body_util::Full::new(bytes::Bytes::new()))
-            .unwrap();
-        let resp = sender.send_request(req).await.unwrap();
-        let body = http_body_util::BodyExt::collect(resp.into_body())
-            .await
-            .unwrap()
-            .to_bytes();
-        let body = String::from_utf8_lossy(&body);
+        let (_, body) = get_with_key(
+            &mut sender,
+            &format!("{API}:{port}"),
+            &format!("/n{i}"),
+            &ph,
+        )
+        .await;
         assert!(body.contains(&format!("uri=/n{i}\n")), "{body}");
         assert!(
             body.contains(&format!("h:x-api-key={SECRET_VALUE}\n")),
@@ -237,24 +233,20 @@ async fn a_second_intercepted_connection_to_a_host_resumes_its_tls_session() {
         kinds.push(tls.get_ref().1.handshake_kind());
         let peer = tls.get_ref().1.peer_certificates().unwrap()[0].to_vec();
         assert!(der_contains(&peer, API), "the leaf names the host");
-        let req = hyper::Request::get(format!("/r{i}"))
-            .header("host", format!("{API}:{port}"))
-            .header("x-api-key", &ph)
-            .body(http_body_util::Full::new(bytes::Bytes::new()))
-            .unwrap();
         // Reading the answer also reads the session tickets the proxy sent.
         let (mut sender, conn) =
             hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls))
                 .await
                 .unwrap();
         tokio::spawn(conn);
-        let resp = sender.send_request(req).await.unwrap();
-        assert_eq!(resp.status(), 200);
-        let body = http_body_util::BodyExt::collect(resp.into_body())
-            .await
-            .unwrap()
-            .to_bytes();
-        let body = String::from_utf8_lossy(&body);
+        let (status, body) = get_with_key(
+            &mut sender,
+            &format!("{API}:{port}"),
+            &format!("/r{i}"),
+            &ph,
+        )
+        .await;
+        assert_eq!(status, 200);
         assert!(
             body.contains(&format!("h:x-api-key={SECRET_VALUE}\n")),
             "{body}"
@@ -319,4 +311,26 @@ async fn a_restarted_proxy_keeps_the_ca_and_the_placeholders() {
         r.answer.body
     );
     drop((test_ca, store));
+}
+
+/// A GET of `path` carrying `key` in `x-api-key` over an open HTTP/1 connection: the status and
+/// the body as text.
+async fn get_with_key(
+    sender: &mut hyper::client::conn::http1::SendRequest<http_body_util::Full<bytes::Bytes>>,
+    host: &str,
+    path: &str,
+    key: &str,
+) -> (hyper::StatusCode, String) {
+    let req = hyper::Request::get(path)
+        .header("host", host)
+        .header("x-api-key", key)
+        .body(http_body_util::Full::new(bytes::Bytes::new()))
+        .unwrap();
+    let resp = sender.send_request(req).await.unwrap();
+    let status = resp.status();
+    let body = http_body_util::BodyExt::collect(resp.into_body())
+        .await
+        .unwrap()
+        .to_bytes();
+    (status, String::from_utf8_lossy(&body).into_owned())
 }

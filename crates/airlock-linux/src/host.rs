@@ -19,11 +19,9 @@
 //!    Any failure kills the init stage and removes everything created above; each step may take
 //!    at most [`START_TIMEOUT`].
 //!
-//! [`Sandbox::destroy`] closes the control socket (the guest kills its process groups and
-//! exits), waits for PID 1's pidfd, kills it after the grace period, reaps the init stage and
-//! removes the runtime directory. [`Sandbox::kill`] (`run`, once its command has exited, and a
-//! keeper stopping its sandbox) ends PID 1 and the init stage with SIGKILL together instead,
-//! waits for both and reaps both.
+//! [`Sandbox::kill_with`] (`run`, once its command has exited, and a keeper stopping its
+//! sandbox) ends PID 1 and the init stage with SIGKILL together, waits for both, reaps both and
+//! removes the runtime directory; dropping a [`Sandbox`] kills it too, reporting nothing.
 //!
 //! Lifetime: the init stage has `PR_SET_PDEATHSIG(SIGKILL)` bound to the *thread* that spawned
 //! it, so call `start` from a thread that lives as long as the sandbox (the main thread).
@@ -193,7 +191,7 @@ pub struct StartTimings {
     pub rootfs: Duration,
 }
 
-/// A started sandbox. Dropping it kills it; [`Sandbox::destroy`] does so in order and reports.
+/// A started sandbox. Dropping it kills it; [`Sandbox::kill_with`] does so in order and reports.
 #[derive(Debug)]
 pub struct Sandbox {
     id: String,
@@ -518,39 +516,22 @@ impl Sandbox {
         self.init.id()
     }
 
-    /// Stops the sandbox: closes the control channel (the guest exits), waits up to `grace`,
-    /// then kills PID 1 (which ends every process of the PID namespace), waits for it to be
-    /// gone, and removes the runtime directory. Idempotent with respect to an already dead guest.
-    pub fn destroy(mut self, grace: Duration) -> Result<(), StartError> {
-        self.stop(grace);
-        let dir = std::mem::take(&mut self.dir);
-        remove_runtime_dir(&dir).map_err(|source| StartError::Io {
-            what: "removing the sandbox runtime directory",
-            source,
-        })
-    }
-
     /// Ends the sandbox at once, for a caller that has nothing more to ask of the guest (`run`
-    /// once CMD has exited): SIGKILL to PID 1 and to the init stage together, then waits for
-    /// both and removes the runtime directory. The same end as [`Sandbox::destroy`] (PID 1, on
-    /// the control socket's close, SIGKILLs what it started and exits; as init of the PID
-    /// namespace its death ends every process in it, and its pidfd turns readable only once
-    /// they are all gone), without its serial steps: PID 1 woken to run its own shutdown, then
-    /// the init stage signalled only after PID 1's exit was seen.
+    /// once CMD has exited, a keeper stopping its sandbox): SIGKILL to PID 1 and to the init
+    /// stage together, then waits for both and removes the runtime directory. PID 1, as init of
+    /// the PID namespace, ends every process in it, and its pidfd turns readable only once they
+    /// are all gone; nothing waits for PID 1 to run a shutdown of its own.
+    ///
+    /// `meanwhile` runs between the signals and the wait: the kernel tears the sandbox down in
+    /// its exiting tasks (the mount namespace with one expedited RCU grace period per overlay,
+    /// serially: about a millisecond) while this process would only sleep, so host-side cleanup
+    /// that does not need the sandbox gone (its egress directory, its proxy) overlaps it. This
+    /// still returns only once the sandbox is gone.
     ///
     /// PID 1 is the init stage's child: killed together, the init stage cannot reap it. So
     /// that it does not become a zombie for the host's init to reap, this process becomes a
     /// child subreaper first (the kernel propagates it to the init stage, already running):
     /// PID 1 is re-parented here when the init stage dies, and reaped here.
-    pub fn kill(self) -> Result<(), StartError> {
-        self.kill_with(|| ())
-    }
-
-    /// [`Sandbox::kill`], running `meanwhile` between the signals and the wait: the kernel
-    /// tears the sandbox down in its exiting tasks (the mount namespace with one expedited RCU
-    /// grace period per overlay, serially: about a millisecond) while this process would only
-    /// sleep, so host-side cleanup that does not need the sandbox gone (its egress directory,
-    /// its proxy) overlaps it. This still returns only once the sandbox is gone.
     pub fn kill_with(mut self, meanwhile: impl FnOnce()) -> Result<(), StartError> {
         self.control = None;
         let _ = rustix::process::set_child_subreaper(Some(rustix::process::getpid()));
@@ -576,12 +557,12 @@ impl Sandbox {
         })
     }
 
-    fn stop(&mut self, grace: Duration) {
+    /// Kills PID 1 unless it is gone already (which, as init of the PID namespace, means every
+    /// sandbox process is gone), waits for it, then ends and reaps the init stage.
+    fn stop(&mut self) {
         self.control = None;
-        // PID 1 exits once it sees the control socket close; its pidfd becomes readable when it
-        // has exited, which (as init of the PID namespace) means every sandbox process is gone.
         if let Some(pid1) = &self.pid1 {
-            if !crate::pidfd::wait_exit(pid1, grace) {
+            if !crate::pidfd::wait_exit(pid1, Duration::ZERO) {
                 let _ = rustix::process::pidfd_send_signal(pid1, rustix::process::Signal::KILL);
                 crate::pidfd::wait_exit(pid1, KILL_WAIT);
             }
@@ -601,7 +582,7 @@ const KILL_WAIT: Duration = Duration::from_secs(5);
 impl Drop for Sandbox {
     fn drop(&mut self) {
         if !self.dir.as_os_str().is_empty() {
-            self.stop(Duration::ZERO);
+            self.stop();
             let _ = fs::remove_dir_all(&self.dir);
         }
     }

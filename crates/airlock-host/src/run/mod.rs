@@ -10,7 +10,7 @@
 //!    init stage joins the cgroup between its fork and its exec, before PID 1 exists, so every
 //!    sandbox process is inside it.
 //! 2. The verb execs CMD through the control channel of [`EphemeralRun::sandbox`].
-//! 3. [`EphemeralRun::finish`]: kill the sandbox (`Sandbox::kill`), remove its cgroup,
+//! 3. [`EphemeralRun::finish`]: kill the sandbox (`Sandbox::kill_with`), remove its cgroup,
 //!    stop the proxy.
 //!
 //! If airlock itself dies, the sandbox dies with it (PDEATHSIG chain, control socket EOF) and

@@ -974,7 +974,6 @@ enum To {
 /// search over `named` (sorted) sends a named syscall on to the rule programs placed right
 /// after it and allows every other one.
 fn prefilter(arch: TargetArch, named: &[u32]) -> Result<Vec<sock_filter>, SeccompError> {
-    const BPF_JMP_JEQ_K: u16 = 0x05 | 0x10;
     let ins = |code, jt, jf, k| sock_filter { code, jt, jf, k };
     let mut out = vec![
         ins(BPF_LD_W_ABS, 0, 0, 4), // seccomp_data.arch
@@ -1005,7 +1004,6 @@ fn prefilter(arch: TargetArch, named: &[u32]) -> Result<Vec<sock_filter>, Seccom
 #[cfg(test)]
 /// The comparisons of the binary search over `named` (accumulator: the syscall number).
 fn search(named: &[u32]) -> Vec<(u16, u32, To, To)> {
-    const BPF_JMP_JEQ_K: u16 = 0x05 | 0x10;
     if named.len() <= 3 {
         let last = named.len().saturating_sub(1);
         let mut out: Vec<_> = named

@@ -19,8 +19,9 @@
 //!    close-on-exec, so none survives `execve` (PRODUCT I7).
 //! 5. Capability bounding set emptied (one `PR_CAPBSET_DROP` per capability of the caller's
 //!    bounding set, read once per process; none when the caller emptied its own for good,
-//!    [`empty_bounding_set`]) and ambient set cleared (when dropping capabilities). This must precede step 6: `PR_CAPBSET_DROP` needs `CAP_SETPCAP`, which
-//!    switching to a non-zero uid removes.
+//!    [`empty_bounding_set`]) and ambient set cleared (when dropping capabilities). This must
+//!    precede step 6: `PR_CAPBSET_DROP` needs `CAP_SETPCAP`, which switching to a non-zero uid
+//!    removes.
 //! 6. Identity: `setgroups`, `setresgid`, `setresuid` (raw per-thread syscalls, never libc's
 //!    set*id, which signal every thread of the caller), each id switch followed by
 //!    `PR_SET_DUMPABLE = 0` (see "Memory"). Groups before gid before uid, since each step
@@ -1529,8 +1530,8 @@ mod tests {
 
     #[test]
     fn the_child_starts_with_an_empty_mask_and_default_sigpipe() {
-        let mut set: libc::sigset_t = unsafe_zeroed();
-        let mut old: libc::sigset_t = unsafe_zeroed();
+        let mut set: libc::sigset_t = crate::sys::spawn::unsafe_zeroed_sigset();
+        let mut old: libc::sigset_t = crate::sys::spawn::unsafe_zeroed_sigset();
         // SAFETY: valid sigsets owned by this frame; the mask is restored below.
         unsafe {
             libc::sigemptyset(&mut set);
@@ -1554,10 +1555,5 @@ mod tests {
                 _ => assert_eq!(mask, 0, "the child started with blocked signals"),
             }
         }
-    }
-
-    fn unsafe_zeroed() -> libc::sigset_t {
-        // SAFETY: `sigset_t` is a plain bit array; all-zero is the empty set.
-        unsafe { std::mem::zeroed() }
     }
 }

@@ -166,7 +166,7 @@ pub(crate) unsafe fn clone_vfork(
     Ok(pid)
 }
 
-fn unsafe_zeroed_sigset() -> libc::sigset_t {
+pub(crate) fn unsafe_zeroed_sigset() -> libc::sigset_t {
     // SAFETY: `sigset_t` is a plain bit array; all-zero is the empty set.
     unsafe { std::mem::zeroed() }
 }

@@ -707,7 +707,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn own_start_time_is_this_process_start_time_read_once() {
+    fn own_start_time_is_this_process_start_time() {
         let me = std::process::id();
         assert!(own_start_time().is_some());
         assert_eq!(own_start_time(), start_time(me));

@@ -151,3 +151,16 @@ impl Report {
         self
     }
 }
+
+/// Test hook, debug builds only (release builds never read it): with
+/// `AIRLOCK_TEST_PAUSE_AT=<phase>`, says so on stderr and sleeps 3 s at that point of a
+/// command, so that a test can act there (press Ctrl+C, run a concurrent command). Slowing
+/// airlock down is something any user can do with `kill -STOP` anyway: it grants nothing.
+pub(crate) fn pause_hook(phase: &str) {
+    if cfg!(debug_assertions)
+        && std::env::var(airlock_config::env_vars::AIRLOCK_TEST_PAUSE_AT).is_ok_and(|p| p == phase)
+    {
+        eprintln!("airlock: test hook: pausing at {phase}");
+        std::thread::sleep(std::time::Duration::from_secs(3));
+    }
+}

@@ -66,7 +66,8 @@ pub fn run(args: RunArgs, ctx: &Context) -> Result<Report, HostError> {
     // From here on a Ctrl+C (or TERM/HUP/QUIT) is CMD's: held until CMD exists, then forwarded;
     // a second one while the sandbox still starts ends airlock at once.
     airlock_term::stream::catch_signals();
-    pause_hook("start");
+    // Test hook: a test presses Ctrl+C before the sandbox starts.
+    super::pause_hook("start");
     airlock_host::project::remember_project(&roots, &project)?;
     // P2, P4: the package cache, `[[tool]]` and `[env]`, as for `up` (not provisioning).
     let cache = airlock_host::provision::prepare_cache(&roots, &effective)?;
@@ -133,17 +134,6 @@ fn exec_in(
     let stream = sandbox.open_stream()?;
     let key = Key::from_bytes(*sandbox.sandbox().key());
     run_stream(stream, &key, request, interactive).map_err(|e| untrusted(e.into()))
-}
-
-/// Test hook, debug builds only (release builds never read it): `AIRLOCK_TEST_PAUSE_AT=start`
-/// says so on stderr and sleeps 3 s before the sandbox starts (to press Ctrl+C there).
-fn pause_hook(phase: &str) {
-    if cfg!(debug_assertions)
-        && std::env::var(airlock_config::env_vars::AIRLOCK_TEST_PAUSE_AT).is_ok_and(|p| p == phase)
-    {
-        eprintln!("airlock: test hook: pausing at {phase}");
-        std::thread::sleep(Duration::from_secs(3));
-    }
 }
 
 /// A warning of the host side (limits skipped, a cgroup left behind), on stderr.

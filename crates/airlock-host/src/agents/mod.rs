@@ -177,7 +177,7 @@ fn state_file(path: &Path) -> Result<(), HostError> {
 /// command ([`install::ensure`]), then writes the synced configuration and git's configuration
 /// ([`home`]; `base` is [`home::base_files`], which `up` collects from the host while the
 /// sandbox starts). When the sandbox `up` made ready is no longer the ready one (a concurrent
-/// `down` won the lock), nothing is done and a note says so. Returns notes for `up`'s output.
+/// `down` won the lock), nothing is done and [`ReadySetup::Gone`] says so.
 pub fn setup_ready(
     host: &crate::Host,
     name: &airlock_core::names::SandboxName,
@@ -185,23 +185,14 @@ pub fn setup_ready(
     eff: &Effective,
     roots: &Roots,
     base: home::BaseFiles,
-) -> Result<Vec<String>, HostError> {
-    use airlock_core::lifecycle::{self, Health};
+) -> Result<ReadySetup, HostError> {
     let lifecycle_error = crate::lifecycle::lifecycle_error;
     let _guard = host
         .stores
         .lock(name, crate::lifecycle::lock_wait())
         .map_err(lifecycle_error)?;
-    // The readiness proofs of `status` without its disk-use walk (nothing here reports it).
-    let report =
-        lifecycle::readiness(&host.stores, &host.backend, name).map_err(lifecycle_error)?;
-    let record = match report.record {
-        Some(r) if report.health == Health::Ready && r.epoch == *epoch => r,
-        Some(_) | None => {
-            return Ok(vec![format!(
-                "note: sandbox {name} was stopped or replaced meanwhile; agent setup skipped"
-            )])
-        }
+    let Some(record) = still_ready(host, name, epoch)? else {
+        return Ok(ReadySetup::Gone);
     };
     let mut notes = Vec::new();
     match install::ensure(eff, roots, &host.backend, &record)? {
@@ -223,7 +214,32 @@ pub fn setup_ready(
     }
     notes.extend(base.notes);
     notes.extend(credential_notes(eff, roots));
-    Ok(notes)
+    Ok(ReadySetup::Done(notes))
+}
+
+/// What [`setup_ready`] found and did.
+#[derive(Debug)]
+pub enum ReadySetup {
+    /// The sandbox is still the ready one `up` made; notes for `up`'s output.
+    Done(Vec<String>),
+    /// A concurrent command (`down`, a newer `up`) stopped or replaced it: nothing was done.
+    Gone,
+}
+
+/// The record of sandbox `name` when it is still the ready sandbox of `epoch`, proven the way
+/// `status` proves readiness (without its disk-use walk); `None` once a concurrent command
+/// stopped or replaced it. Callers that act on the answer hold the sandbox's lock.
+pub fn still_ready(
+    host: &crate::Host,
+    name: &airlock_core::names::SandboxName,
+    epoch: &airlock_core::records::Epoch,
+) -> Result<Option<airlock_core::records::SandboxRecord>, HostError> {
+    use airlock_core::lifecycle::{self, Health};
+    let report = lifecycle::readiness(&host.stores, &host.backend, name)
+        .map_err(crate::lifecycle::lifecycle_error)?;
+    Ok(report
+        .record
+        .filter(|r| report.health == Health::Ready && r.epoch == *epoch))
 }
 
 /// Notes for agents with `credentials = true` (A3) whose key is not stored as a secret: the

@@ -18,12 +18,15 @@
 //!
 //! Test hooks, in debug builds only: `AIRLOCK_TEST_CRASH_AT=<phase>` aborts the process when
 //! that phase starts, to test crash recovery (L8); `AIRLOCK_TEST_PAUSE_AT=<phase>` sleeps 3 s
-//! there, so a test can press Ctrl+C mid-phase (L7). Release builds never read them; aborting
+//! there, so a test can press Ctrl+C mid-phase (L7) or run a concurrent `down` (also at `home`
+//! and `session`, after the lifecycle phases). Release builds never read them; aborting
 //! or slowing airlock is something any user can do with `kill` anyway, so they grant nothing.
 
 use std::time::{Duration, Instant};
 
 use airlock_core::lifecycle::{self, Observer, UpRequest};
+use airlock_core::records::Epoch;
+use airlock_host::agents::ReadySetup;
 use airlock_host::sessions;
 use airlock_protocol::{Opened, WindowSize, DEFAULT_SESSION};
 use airlock_term::attach::{attach_terminal, AttachPlan};
@@ -167,13 +170,16 @@ pub fn run(args: UpArgs, ctx: &Context) -> Result<Report, HostError> {
             .map(|w| format!("warning: {w}")),
     );
     phases.done("notes");
+    let (lines, json) = summary(&name, &outcome, total);
+    // Test hook: a concurrent `down` stops the sandbox before its setup.
+    super::pause_hook("home");
     // `--no-attach` ends with a request for the default session: its stream is opened (and
     // authenticated) while the home files are written, which the request itself must follow.
-    let (ready_notes, early) = std::thread::scope(|scope| {
+    let (ready, early) = std::thread::scope(|scope| {
         let early = args
             .no_attach
             .then(|| scope.spawn(|| sessions::connect(&setup, &outcome.record)));
-        let ready_notes = airlock_host::agents::setup_ready(
+        let ready = airlock_host::agents::setup_ready(
             &setup,
             &name,
             &outcome.record.epoch,
@@ -186,9 +192,12 @@ pub fn run(args: UpArgs, ctx: &Context) -> Result<Report, HostError> {
                 .join()
                 .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
         });
-        (ready_notes, early)
+        (ready, early)
     });
-    notes.extend(ready_notes?);
+    match ready? {
+        ReadySetup::Done(ready_notes) => notes.extend(ready_notes),
+        ReadySetup::Gone => return Ok(stopped_meanwhile(&name, notes, lines, json)),
+    }
     // Issue 11: the user config's `[[ports]]`, on every `up` (fresh or retained).
     notes.extend(airlock_host::lifecycle::ports::publish_configured(
         &outcome.record.paths.runtime_dir,
@@ -200,7 +209,6 @@ pub fn run(args: UpArgs, ctx: &Context) -> Result<Report, HostError> {
             phases.add(name, Duration::from_millis(*ms));
         }
     }
-    let (lines, json) = summary(&name, &outcome, total);
     // S1: every `up` makes sure the default session exists; attaching creates it.
     let plan = AttachPlan::new(
         DEFAULT_SESSION,
@@ -219,10 +227,15 @@ pub fn run(args: UpArgs, ctx: &Context) -> Result<Report, HostError> {
         for line in &lines {
             doc.text(0, &[(Style::Plain, line)]);
         }
+        // Test hook: a concurrent `down` stops the sandbox between its setup and the session.
+        super::pause_hook("session");
         let session = match ensure_default(&setup, &outcome.record, &plan, early) {
             Err(e) if no_shell(&e, &plan) => {
                 notes.push(no_shell_note(&e));
                 None
+            }
+            Err(_) if gone(&setup, &name, &outcome.record.epoch) => {
+                return Ok(stopped_meanwhile(&name, notes, lines, json));
             }
             other => Some(other),
         };
@@ -267,6 +280,44 @@ pub fn run(args: UpArgs, ctx: &Context) -> Result<Report, HostError> {
     let mut report = Report::new(Doc::new(), json);
     report.status = Some(u8::try_from(status).unwrap_or(u8::MAX));
     Ok(report)
+}
+
+/// Whether a concurrent command (`down`, a newer `up`) stopped or replaced the sandbox of
+/// `epoch` that this `up` made ready. Waits for the sandbox's lock, so that a `down` still
+/// at work has finished and the answer is the truth; any doubt is "no".
+fn gone(host: &Host, name: &airlock_core::names::SandboxName, epoch: &Epoch) -> bool {
+    let Ok(_guard) = host.stores.lock(name, airlock_host::lifecycle::lock_wait()) else {
+        return false;
+    };
+    matches!(
+        airlock_host::agents::still_ready(host, name, epoch),
+        Ok(None)
+    )
+}
+
+/// `up`'s report when the sandbox it made ready was stopped or replaced by a concurrent
+/// command before the default session: the two commands ran one after the other, both
+/// succeeded, and `status` tells what is there now. No session is started in a sandbox
+/// that `up` did not make (a replacing `up` makes its own).
+fn stopped_meanwhile(
+    name: &airlock_core::names::SandboxName,
+    mut notes: Vec<String>,
+    lines: Vec<String>,
+    json: serde_json::Value,
+) -> Report {
+    notes.push(format!(
+        "note: sandbox {name} was stopped or replaced meanwhile by another airlock command; \
+         no session was started (run `airlock status` to see what is there now)"
+    ));
+    let mut doc = Doc::new();
+    for line in &lines {
+        doc.text(0, &[(Style::Plain, line)]);
+    }
+    let mut json = json;
+    json["stopped_meanwhile"] = true.into();
+    let mut report = Report::new(doc, json);
+    report.notes = notes;
+    report
 }
 
 /// Diagnostics about what `up` found and cleaned on its way.

@@ -118,6 +118,53 @@ fn up_and_down_at_the_same_time_serialize_and_leave_a_truthful_state() {
     }
 }
 
+/// `up --no-attach` paused by the debug hook at `at`, a `down` run to its end meanwhile, then
+/// `up` resumed: `up`'s exit code and stderr.
+fn up_with_a_down_at(p: &Project, at: &str) -> (Option<i32>, String) {
+    use std::io::{BufRead, BufReader, Read};
+    let mut up = p
+        .command(&["up", "--no-attach"])
+        .env("AIRLOCK_TEST_PAUSE_AT", at)
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(up.stderr.take().unwrap());
+    let mut seen = String::new();
+    loop {
+        let mut line = String::new();
+        let read = stderr.read_line(&mut line).unwrap();
+        assert!(read > 0, "up ended before pausing at {at}: {seen}");
+        seen.push_str(&line);
+        if line.contains(&format!("pausing at {at}")) {
+            break;
+        }
+    }
+    p.run(&["down"]).assert_code(0);
+    stderr.read_to_string(&mut seen).unwrap();
+    (up.wait().unwrap().code(), seen)
+}
+
+/// The race behind `up_and_down_at_the_same_time_…`, made certain: `down` wins the lock after
+/// the sandbox is ready, before the agent setup (`home`) or between it and the default
+/// session's request (`session`). `up` then starts no session in a sandbox that is gone: it
+/// says so and succeeds, like the `down` that ran after it, and `status` says absent.
+#[test]
+fn a_down_after_up_made_the_sandbox_ready_leaves_both_successful_and_no_session() {
+    let p = Project::new();
+    for at in ["home", "session"] {
+        let (code, stderr) = up_with_a_down_at(&p, at);
+        assert_eq!(code, Some(0), "down at {at}: {stderr}");
+        assert!(
+            stderr.contains("stopped or replaced meanwhile"),
+            "down at {at}: {stderr}"
+        );
+        assert_eq!(p.health(), "absent", "down at {at}");
+        assert_no_keepers_of(&p);
+    }
+    // Nothing of it trips the next `up`.
+    p.up();
+    p.run(&["exec", "--", "true"]).assert_code(0);
+}
+
 #[test]
 fn twenty_concurrent_ups_of_one_project_make_exactly_one_sandbox() {
     let p = Project::new();

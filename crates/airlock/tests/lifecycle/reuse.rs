@@ -141,6 +141,20 @@ fn exec_into_an_absent_sandbox_fails_with_the_next_action() {
     );
 }
 
+/// The command line of process `pid` in the sandbox. `exec -d` returns once the command's
+/// `execve` is past its point of no return (its close-on-exec descriptors are closed), which
+/// is a moment before the kernel records the new arguments: until then `cmdline` reads empty.
+fn cmdline_of(p: &Project, pid: u64) -> String {
+    let mut cmdline = String::new();
+    wait_until(Duration::from_secs(10), || {
+        let run = p.run(&["exec", "--", "cat", &format!("/proc/{pid}/cmdline")]);
+        run.assert_code(0);
+        cmdline = run.stdout;
+        !cmdline.is_empty()
+    });
+    cmdline
+}
+
 /// Regression: `exec -d` printed nothing, so there was no handle on what it started.
 #[test]
 fn exec_detached_prints_the_process_id_and_json_gives_it() {
@@ -148,22 +162,20 @@ fn exec_detached_prints_the_process_id_and_json_gives_it() {
     p.up();
     let run = p.run(&["exec", "-d", "--", "sleep", "302"]);
     run.assert_code(0);
-    let pid: u32 = run
+    let pid: u64 = run
         .stdout
         .split_whitespace()
         .skip_while(|w| *w != "pid")
         .nth(1)
         .and_then(|w| w.parse().ok())
         .unwrap_or_else(|| panic!("no pid in {:?}", run.stdout));
-    let cmdline = p.run(&["exec", "--", "cat", &format!("/proc/{pid}/cmdline")]);
-    assert_eq!(cmdline.stdout, "sleep\x00302\x00", "{}", cmdline.stderr);
+    assert_eq!(cmdline_of(&p, pid), "sleep\x00302\x00");
     let run = p.run(&["--json", "exec", "-d", "--", "sleep", "303"]);
     run.assert_code(0);
     let v = run.json();
     assert_eq!(v["detached"], true, "{v}");
     let pid = v["pid"].as_u64().unwrap_or_else(|| panic!("no pid in {v}"));
-    let cmdline = p.run(&["exec", "--", "cat", &format!("/proc/{pid}/cmdline")]);
-    assert_eq!(cmdline.stdout, "sleep\x00303\x00", "{}", cmdline.stderr);
+    assert_eq!(cmdline_of(&p, pid), "sleep\x00303\x00");
 }
 
 #[test]

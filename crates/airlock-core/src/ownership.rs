@@ -67,7 +67,7 @@ pub fn process_identity_in(proc_root: &Path, pid: u32) -> Result<ProcessIdentity
 /// The arguments of `pid` (`/proc/PID/cmdline`, empty for a process that exited).
 fn read_cmdline(proc_root: &Path, pid: u32) -> Result<Vec<String>, OwnershipError> {
     let path = proc_root.join(pid.to_string()).join("cmdline");
-    let raw = fs::read(&path).map_err(|source| OwnershipError::Read { path, source })?;
+    let raw = read_proc_file(&path).map_err(|source| OwnershipError::Read { path, source })?;
     Ok(raw
         .split(|b| *b == 0)
         .filter(|a| !a.is_empty())
@@ -78,11 +78,25 @@ fn read_cmdline(proc_root: &Path, pid: u32) -> Result<Vec<String>, OwnershipErro
 /// State character (field 3) and start time (field 22) of `pid`.
 fn read_stat(proc_root: &Path, pid: u32) -> Result<(char, u64), OwnershipError> {
     let path = proc_root.join(pid.to_string()).join("stat");
-    let text = fs::read_to_string(&path).map_err(|source| OwnershipError::Read {
+    let raw = read_proc_file(&path).map_err(|source| OwnershipError::Read {
         path: path.clone(),
         source,
     })?;
-    parse_stat(&text).ok_or(OwnershipError::StatFormat { path })
+    std::str::from_utf8(&raw)
+        .ok()
+        .and_then(parse_stat)
+        .ok_or(OwnershipError::StatFormat { path })
+}
+
+/// Reads a `/proc` file whole. It reports size 0, so `fs::read` would ask for the size
+/// (statx), then probe with 32 bytes and double the buffer (six reads of a `stat` line, each a
+/// pass over the process); 1 KiB takes a `stat` line or a usual command line in one read, and
+/// the next one sees the end. Longer files still come whole (the buffer grows).
+fn read_proc_file(path: &Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut raw = Vec::with_capacity(1024);
+    fs::File::open(path)?.take(u64::MAX).read_to_end(&mut raw)?;
+    Ok(raw)
 }
 
 /// Parses state and start time from a `stat` line. The command name (field 2) may contain

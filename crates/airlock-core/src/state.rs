@@ -470,11 +470,13 @@ fn read_nofollow(path: &Path) -> Result<Option<Vec<u8>>, StateError> {
         }
     };
     let regular = rustix::fs::fstat(&fd).map(|st| {
-        rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::RegularFile
+        let size = usize::try_from(st.st_size).unwrap_or(0);
+        let file_type = rustix::fs::FileType::from_raw_mode(st.st_mode);
+        (file_type == rustix::fs::FileType::RegularFile).then_some(size)
     });
-    match regular {
-        Ok(true) => {}
-        Ok(false) => {
+    let size = match regular {
+        Ok(Some(size)) => size,
+        Ok(None) => {
             return Err(StateError::Read {
                 path: path.to_path_buf(),
                 source: io::Error::new(io::ErrorKind::InvalidData, "not a regular file"),
@@ -486,9 +488,12 @@ fn read_nofollow(path: &Path) -> Result<Option<Vec<u8>>, StateError> {
                 source: e.into(),
             })
         }
-    }
-    let mut bytes = Vec::new();
+    };
+    // Sized from the fstat above, with a byte to spare to see the end: `File::read_to_end`
+    // would ask for the size again (statx) and the position (lseek) before reading.
+    let mut bytes = Vec::with_capacity(size.saturating_add(1));
     File::from(fd)
+        .take(u64::MAX)
         .read_to_end(&mut bytes)
         .map_err(|source| StateError::Read {
             path: path.to_path_buf(),

@@ -3,7 +3,8 @@
 //!
 //! The stream is opened over the control socket (`SCM_RIGHTS`) and authenticated with the
 //! per-epoch key. SIGINT, SIGTERM and SIGHUP sent to airlock are forwarded to the command's
-//! process group (a dedicated thread `sigwait`s them; they are blocked in every other thread);
+//! process group (a dedicated thread `sigwait`s them; they are blocked in every other thread;
+//! for a command without stdin or terminal, that thread starts once the request is sent);
 //! with `-t` the host terminal is in raw mode (restored on every exit path by a guard) and
 //! SIGWINCH becomes a window-size message.
 
@@ -67,6 +68,14 @@ pub fn run_stream(
     request: &ExecRequest,
     interactive: bool,
 ) -> Result<i32, ClientError> {
+    // With stdin or a terminal, the relay starts before the stdin pump thread, which must
+    // inherit the blocked mask. Without either, no other thread comes before it: it starts once
+    // the request is out ([`forward_signals`]), so its creation (a clone and the new thread's
+    // set-up, ~0.1 ms here) overlaps with the guest starting the command instead of delaying
+    // the handshake. Until then a signal acts as it does before the stream is opened.
+    if interactive || request.tty.is_some() {
+        relay();
+    }
     if let Some(sig) = held_signal() {
         // Interrupted while the sandbox started: the command is not run; the status is the
         // one it would have had (128 + N), and the caller tears the sandbox down as usual.
@@ -209,7 +218,8 @@ fn take_signals(set: &SigSet, relay: &std::sync::Mutex<Relay>) {
 /// The terminating signal that came while the sandbox started (see [`catch_signals`]), if one
 /// did: then the command must not be requested at all.
 fn held_signal() -> Option<Signal> {
-    let relay = relay();
+    // No relay yet means nothing was caught (`exec` without stdin or a terminal starts it later).
+    let relay = RELAY.get()?;
     let mut r = relay.lock().unwrap_or_else(|p| p.into_inner());
     r.pending.take()
 }

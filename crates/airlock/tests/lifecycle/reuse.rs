@@ -91,6 +91,38 @@ fn exec_returns_the_guest_status_and_runs_in_the_workspace() {
     assert_eq!(run.stdout.trim(), "hi there");
 }
 
+/// SIGTERM sent to `exec` (no stdin, no terminal: its relay thread starts only once the
+/// request is out) reaches the command, and `exec` returns the command's status, 143.
+#[test]
+fn signals_to_exec_are_forwarded_to_the_command() {
+    use std::io::{BufRead, BufReader};
+    let p = Project::new();
+    p.up();
+    let mut child = p
+        .command(&["exec", "--", "sh", "-c", "echo up; exec sleep 30"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line.trim(), "up");
+    let st = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    assert!(
+        wait_until(Duration::from_secs(10), || child
+            .try_wait()
+            .unwrap()
+            .is_some()),
+        "the command outlived the signal"
+    );
+    assert_eq!(child.wait().unwrap().code(), Some(143));
+}
+
 /// Regression: `exec --json` printed `null` after the guest's own output, so a caller reading
 /// stdout got bytes the command never wrote.
 #[test]

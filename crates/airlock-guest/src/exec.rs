@@ -1,7 +1,8 @@
 //! Serving one exec stream.
 //!
 //! Order of operations on a stream:
-//! 1. handshake (guest side: nonce out, proof in, verified before anything else is read);
+//! 1. handshake (guest side: nonce out, sent by PID 1 before this thread exists; proof in,
+//!    verified before anything else is read);
 //! 2. exactly one `exec`, or one session request (v2), served by [`crate::session::serve`],
 //!    or one `push`, `pull` or `forward` (v3), served by `crate::transfer`; anything else
 //!    first is refused with `unexpected_message`;
@@ -33,8 +34,8 @@ use std::time::{Duration, Instant};
 
 use airlock_linux::sys::process::{self, ChildStep, Identity, ProcessError, SpawnSpec};
 use airlock_protocol::{
-    guest_handshake, read_packet, write_packet, ErrorCode, ExecRequest, ExecUser, Message, Packet,
-    RemoteError, VersionRange,
+    read_packet, write_packet, ErrorCode, ExecRequest, ExecUser, GuestChallenge, Message, Packet,
+    RemoteError,
 };
 use rustix::event::{poll, PollFd, PollFlags};
 use rustix::io::Errno;
@@ -141,9 +142,10 @@ pub(crate) enum Output {
     Stderr,
 }
 
-/// Serves one stream until its process has ended or the stream failed.
-pub fn serve(mut stream: UnixStream, shared: &Shared) {
-    let Ok(version) = guest_handshake(&mut stream, &shared.opts.key, VersionRange::CURRENT) else {
+/// Serves one stream, whose `guest_hello` went out as `challenge`, until its process has
+/// ended or the stream failed.
+pub fn serve(mut stream: UnixStream, challenge: GuestChallenge, shared: &Shared) {
+    let Ok(version) = challenge.verify(&mut stream, &shared.opts.key) else {
         return; // the handshake already told the peer why
     };
     let Ok(writer) = stream.try_clone() else {

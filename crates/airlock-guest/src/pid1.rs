@@ -29,7 +29,7 @@ use std::sync::Arc;
 use std::thread;
 
 use airlock_linux::sys::process::{install_signal_pipe, ProcessError};
-use airlock_protocol::{recv_stream, FdPassError};
+use airlock_protocol::{recv_stream, FdPassError, VersionRange};
 use rustix::event::{poll, PollFd, PollFlags};
 use rustix::io::Errno;
 use rustix::process::{getpid, DumpableBehavior, Signal};
@@ -180,11 +180,18 @@ fn event_loop(
 fn accept_stream(control: &OwnedFd, shared: &Arc<Shared>) -> Result<bool, GuestError> {
     match recv_stream(control.as_fd()) {
         Ok(Some(fd)) => {
+            let mut stream = UnixStream::from(fd);
+            // The challenge goes out first, so the client computes its proof while the thread
+            // starts (~0.1 ms). It does not block: ~140 bytes into a stream nothing was
+            // written to. A stream that cannot take it is dropped.
+            let Ok(challenge) = airlock_protocol::guest_hello(&mut stream, VersionRange::CURRENT)
+            else {
+                return Ok(true);
+            };
             let shared = Arc::clone(shared);
             // Threads count against the sandbox's pids limit: when none can be made, the
             // stream is dropped (its client sees it closed) and PID 1 keeps serving.
-            let _ =
-                thread::Builder::new().spawn(move || exec::serve(UnixStream::from(fd), &shared));
+            let _ = thread::Builder::new().spawn(move || exec::serve(stream, challenge, &shared));
             Ok(true)
         }
         Ok(None) => Ok(false),

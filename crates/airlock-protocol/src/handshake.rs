@@ -179,6 +179,22 @@ pub fn guest_handshake(
     key: &Key,
     ours: VersionRange,
 ) -> Result<u32, HandshakeError> {
+    guest_hello(conn, ours)?.verify(conn, key)
+}
+
+/// A challenge the guest sent ([`guest_hello`]): the nonce the host's proof must cover.
+pub struct GuestChallenge {
+    nonce: [u8; KEY_LEN],
+    ours: VersionRange,
+}
+
+/// Guest side, first half of [`guest_handshake`]: sends `guest_hello` with a fresh nonce and
+/// reads nothing. PID 1 sends it as soon as a stream arrives, before the thread that serves
+/// the stream exists, so the host computes its proof while that thread starts.
+pub fn guest_hello(
+    conn: &mut impl Write,
+    ours: VersionRange,
+) -> Result<GuestChallenge, HandshakeError> {
     let mut nonce = [0u8; KEY_LEN];
     getrandom::getrandom(&mut nonce).map_err(|e| HandshakeError::Random {
         reason: e.to_string(),
@@ -190,35 +206,45 @@ pub fn guest_handshake(
             nonce: hex::encode(nonce),
         },
     )?;
-    let (theirs, proof) = match next_message(conn, "host_hello")? {
-        Message::HostHello { versions, proof } => (versions, proof),
-        other => {
-            return Err(HandshakeError::Unexpected {
-                expected: "host_hello",
-                got: other.name(),
-            })
+    Ok(GuestChallenge { nonce, ours })
+}
+
+impl GuestChallenge {
+    /// Second half of [`guest_handshake`]: reads `host_hello`, verifies its proof before
+    /// anything else (a peer without the key is refused and nothing it sent after is read),
+    /// negotiates and sends `ready`. Returns the negotiated version.
+    pub fn verify(self, conn: &mut (impl Read + Write), key: &Key) -> Result<u32, HandshakeError> {
+        let Self { nonce, ours } = self;
+        let (theirs, proof) = match next_message(conn, "host_hello")? {
+            Message::HostHello { versions, proof } => (versions, proof),
+            other => {
+                return Err(HandshakeError::Unexpected {
+                    expected: "host_hello",
+                    got: other.name(),
+                })
+            }
+        };
+        // Authenticate first: nothing about an unauthenticated peer is worth negotiating.
+        let proof_ok = decode32(&proof, "proof")
+            .is_ok_and(|p| verify(key, &nonce, &context(ours, theirs), &p));
+        if !proof_ok {
+            refuse(
+                conn,
+                ErrorCode::AuthFailed,
+                "handshake proof did not verify".into(),
+            );
+            return Err(HandshakeError::BadProof);
         }
-    };
-    // Authenticate first: nothing about an unauthenticated peer is worth negotiating.
-    let proof_ok =
-        decode32(&proof, "proof").is_ok_and(|p| verify(key, &nonce, &context(ours, theirs), &p));
-    if !proof_ok {
-        refuse(
-            conn,
-            ErrorCode::AuthFailed,
-            "handshake proof did not verify".into(),
-        );
-        return Err(HandshakeError::BadProof);
+        let version = match negotiate(ours, theirs) {
+            Ok(version) => version,
+            Err(err) => {
+                refuse(conn, ErrorCode::VersionMismatch, err.to_string());
+                return Err(err.into());
+            }
+        };
+        write_message(conn, Message::Ready { version })?;
+        Ok(version)
     }
-    let version = match negotiate(ours, theirs) {
-        Ok(version) => version,
-        Err(err) => {
-            refuse(conn, ErrorCode::VersionMismatch, err.to_string());
-            return Err(err.into());
-        }
-    };
-    write_message(conn, Message::Ready { version })?;
-    Ok(version)
 }
 
 /// Host side: answers the guest's challenge. Returns the negotiated version.

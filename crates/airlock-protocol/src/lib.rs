@@ -33,7 +33,10 @@ pub use fdpass::{
     control_socketpair, open_stream, recv_stream, send_stream, try_send_stream, FdPassError,
 };
 pub use frame::{FrameError, FrameKind, MAX_FRAME_LEN};
-pub use handshake::{guest_handshake, host_handshake, host_handshake_then, HandshakeError, Key};
+pub use handshake::{
+    guest_handshake, guest_hello, host_handshake, host_handshake_then, GuestChallenge,
+    HandshakeError, Key,
+};
 pub use message::{
     read_packet, write_message, write_packet, ErrorCode, ExecRequest, ExecUser, Message, Packet,
     PacketError, RemoteError, RequestError, TtyRequest, WindowSize,

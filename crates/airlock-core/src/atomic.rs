@@ -209,6 +209,11 @@ pub(crate) mod journal {
         WRITES.with(|w| std::mem::take(&mut *w.borrow_mut()))
     }
 
+    /// This thread's journal so far, left in place.
+    pub(crate) fn peek() -> Vec<(PathBuf, super::Durability)> {
+        WRITES.with(|w| w.borrow().clone())
+    }
+
     /// Appends what another thread took from its journal (a flush it ran for this one).
     pub(crate) fn extend(writes: Vec<(PathBuf, super::Durability)>) {
         WRITES.with(|w| w.borrow_mut().extend(writes));

@@ -26,6 +26,9 @@
 //!   flushes it before its first effect: at once when a record exists (the cleanup may act,
 //!   a retained sandbox is provisioned), else on a thread while the `starting` record is
 //!   written and flushed, so the two flushes wait for one journal commit instead of two.
+//!   `down` likewise flushes its `running` mark (its only flushed write besides the record's
+//!   removal) on a thread while it reads and measures the sandbox, before it stops it; with
+//!   other sandboxes recorded, at once, before its cleanup may act on them.
 
 mod ops;
 mod plan_diff;
@@ -273,14 +276,16 @@ impl<'a> OperationLog<'a> {
         Self::open(stores, name, kind, false, Durability::Atomic, phase)
     }
 
-    /// [`OperationLog::begin`] for an operation that must work on a full state disk
-    /// (`down`): a save that fails for lack of space is skipped, and later saves try again.
-    pub fn begin_best_effort(
+    /// [`OperationLog::begin_unflushed`] for an operation that must work on a full state disk
+    /// (`down`): a save (or the flush) that fails for lack of space is skipped, and later saves
+    /// try again.
+    pub(crate) fn begin_best_effort_unflushed(
         stores: &'a Stores,
         name: &SandboxName,
         kind: OperationKind,
+        phase: &str,
     ) -> Result<(OperationLog<'a>, Option<OperationRecord>), LifecycleError> {
-        Self::open(stores, name, kind, true, Durability::Durable, "lock")
+        Self::open(stores, name, kind, true, Durability::Atomic, phase)
     }
 
     fn open(
@@ -345,9 +350,23 @@ impl<'a> OperationLog<'a> {
     /// [`begin_unflushed`]: OperationLog::begin_unflushed
     pub(crate) fn flush(&mut self) -> Result<(), StateError> {
         if let Some(path) = self.unflushed()? {
-            crate::atomic::flush(&path)?;
-            self.flushed();
+            self.flushed_with(crate::atomic::flush(&path).map_err(StateError::from))?;
         }
+        Ok(())
+    }
+
+    /// Takes the result of a flush of [`OperationLog::unflushed`] (run on another thread): a
+    /// best-effort log skips one that failed for lack of space, as it skips such a save.
+    pub(crate) fn flushed_with(
+        &mut self,
+        flushed: Result<(), StateError>,
+    ) -> Result<(), StateError> {
+        match flushed {
+            Ok(()) => {}
+            Err(e) if self.best_effort && e.is_out_of_space() => self.unrecorded = true,
+            Err(e) => return Err(e),
+        }
+        self.flushed();
         Ok(())
     }
 

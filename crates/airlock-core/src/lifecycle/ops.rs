@@ -566,6 +566,13 @@ fn create<B: Backend>(
 }
 
 /// `down` (PRODUCT L6): idempotent, bounded, ownership-checked.
+///
+/// Its `running` mark must be on disk before its first effect (L8: a machine crash mid-`down`
+/// is reported). It is written without waiting and names the operation's first phase under
+/// the lock: `cleanup` when other sandboxes are recorded (flushed at once, as the cleanup may
+/// act on them), else `stop`, flushed on another thread while the sandbox is read and
+/// measured, which has no effect. Each write of the operation is a rename over its file,
+/// which costs a forced writeback on ext4: no revision is written for a phase with no work.
 pub fn down<B: Backend>(
     stores: &Stores,
     backend: &B,
@@ -573,17 +580,32 @@ pub fn down<B: Backend>(
     lock_wait: Duration,
 ) -> Result<DownOutcome, LifecycleError> {
     let _guard = stores.lock(name, lock_wait)?;
+    let others = stores.names()?.iter().any(|n| n != name);
+    let first = if others { "cleanup" } else { "stop" };
     // Best effort: `down` must work on a full state disk (9.11).
     let (mut log, interrupted) =
-        OperationLog::begin_best_effort(stores, name, OperationKind::Down)?;
+        OperationLog::begin_best_effort_unflushed(stores, name, OperationKind::Down, first)?;
     let result = (|| -> Result<(Health, bool, Freed, CleanOutcome), LifecycleError> {
-        log.phase("cleanup")?;
-        let cleaned = cleanup_others(stores, backend, Some(name), STOP_GRACE)?;
-        log.phase("stop")?;
-        let Some((rec, was)) = locked_state(stores, backend, name)? else {
+        let mut cleaned = CleanOutcome::default();
+        if others {
+            log.flush()?;
+            cleaned = cleanup_others(stores, backend, Some(name), STOP_GRACE)?;
+            log.phase("stop")?;
+        }
+        let (state, flushed) = read_while_flushing(&log, || -> Result<_, LifecycleError> {
+            let Some((rec, was)) = locked_state(stores, backend, name)? else {
+                return Ok(None);
+            };
+            // Measured before stopping: the writable layer may vanish with the sandbox.
+            let used = backend.inspect(&rec.data).disk_bytes.unwrap_or(0);
+            Ok(Some((rec, was, used)))
+        })?;
+        log.flushed_with(flushed)?;
+        let Some((rec, was, used)) = state? else {
             return Ok((Health::Absent, false, Freed::default(), cleaned));
         };
-        let stopped = stop_measured(backend, &rec.data, STOP_GRACE)?;
+        let report = backend.stop(&rec.data, STOP_GRACE)?;
+        let stopped = Stopped { report, used };
         log.phase("remove")?;
         let killed = stopped.report.killed;
         let freed = remove_stopped(stores, backend, name, rec, was, stopped)?;
@@ -607,6 +629,38 @@ pub fn down<B: Backend>(
             Err(e)
         }
     }
+}
+
+/// Runs `read` (which must have no effect) while the unflushed `running` mark of `log`, if
+/// any, is flushed on another thread; `read`'s result and the flush's, for
+/// [`OperationLog::flushed_with`].
+fn read_while_flushing<T>(
+    log: &OperationLog<'_>,
+    read: impl FnOnce() -> T,
+) -> Result<(T, Result<(), StateError>), LifecycleError> {
+    let Some(path) = log.unflushed()? else {
+        return Ok((read(), Ok(())));
+    };
+    Ok(std::thread::scope(|scope| {
+        let flusher = scope.spawn(move || {
+            let flushed = crate::atomic::flush(&path).map_err(StateError::from);
+            // The unit tests' journal of flushes is per thread: it goes back with the result.
+            #[cfg(test)]
+            let flushed = (flushed, crate::atomic::journal::take());
+            flushed
+        });
+        let value = read();
+        let flushed = flusher
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        #[cfg(test)]
+        let flushed = {
+            let (flushed, journal) = flushed;
+            crate::atomic::journal::extend(journal);
+            flushed
+        };
+        (value, flushed)
+    }))
 }
 
 /// `clean` (PRODUCT L9, R2): every inactive sandbox whose lock is free, plus a report of what

@@ -94,6 +94,8 @@ struct Fake {
     name: Cell<&'static str>,
     /// Its owner runs ahead of `start` (`Backend::owner_ahead`).
     parked: Cell<bool>,
+    /// This thread's journal of writes as each `stop` found it.
+    journal_at_stop: RefCell<Vec<Vec<(PathBuf, crate::atomic::Durability)>>>,
 }
 
 impl Fake {
@@ -106,6 +108,7 @@ impl Fake {
             incompatible: Cell::new(false),
             name: Cell::new("fake"),
             parked: Cell::new(false),
+            journal_at_stop: RefCell::new(Vec::new()),
         }
     }
 }
@@ -194,6 +197,9 @@ impl Backend for Fake {
     }
     fn stop(&self, _: &SandboxRecord, _: Duration) -> Result<StopReport, BackendError> {
         self.calls.borrow_mut().push("stop");
+        self.journal_at_stop
+            .borrow_mut()
+            .push(crate::atomic::journal::peek());
         self.running.set(false);
         Ok(StopReport::default())
     }
@@ -567,6 +573,57 @@ fn down_stops_a_ready_sandbox_once_and_removes_it() {
     let op = w.stores.operation(&w.name).unwrap().unwrap().data;
     assert_eq!(op.result, OperationResult::Succeeded);
     assert_eq!(op.phase, "remove");
+}
+
+#[test]
+fn down_flushes_its_running_mark_before_it_stops_the_sandbox_and_records_no_empty_phase() {
+    use crate::atomic::{journal, Durability};
+    let w = world();
+    let fake = Fake::new();
+    up_with(&w, &fake, plan()).unwrap();
+    journal::take();
+    down(&w.stores, &fake, &w.name, Duration::from_secs(1)).unwrap();
+    let op = w.stores.operations.path_of(w.name.as_str()).unwrap();
+    let at_stop = fake.journal_at_stop.borrow()[0].clone();
+    let before: Vec<_> = at_stop.iter().filter(|(p, _)| p == &op).collect();
+    // L8: the `running` mark is on disk before the sandbox is touched. With no other sandbox
+    // to clean it names `stop` at once: each revision is a rename over the file, which costs
+    // a forced writeback on ext4, and a `cleanup` phase would have nothing to do.
+    assert_eq!(
+        before,
+        [
+            &(op.clone(), Durability::Atomic),
+            &(op.clone(), Durability::Durable)
+        ],
+        "{at_stop:?}"
+    );
+    let done = w.stores.operation(&w.name).unwrap().unwrap().data;
+    assert_eq!(done.result, OperationResult::Succeeded);
+    assert_eq!(done.phase, "remove");
+    assert!(done.timings.contains_key("stop"), "{:?}", done.timings);
+}
+
+#[test]
+fn down_flushes_its_running_mark_before_it_cleans_other_sandboxes() {
+    use crate::atomic::{journal, Durability};
+    let w = world();
+    let fake = Fake::new();
+    let mut other = up_with(&w, &fake, plan()).unwrap().record;
+    other.name = SandboxName::parse("other-1").unwrap();
+    w.stores.sandboxes.write("other-1", None, &other).unwrap();
+    // Both stale: the cleanup stops and removes the other one first.
+    fake.running.set(false);
+    journal::take();
+    let out = down(&w.stores, &fake, &w.name, Duration::from_secs(1)).unwrap();
+    assert_eq!(out.cleaned.cleaned.len(), 1, "{:?}", out.cleaned);
+    let op = w.stores.operations.path_of(w.name.as_str()).unwrap();
+    let first_stop = fake.journal_at_stop.borrow()[0].clone();
+    assert!(
+        first_stop.contains(&(op, Durability::Durable)),
+        "{first_stop:?}"
+    );
+    let done = w.stores.operation(&w.name).unwrap().unwrap().data;
+    assert!(done.timings.contains_key("cleanup"), "{:?}", done.timings);
 }
 
 #[test]

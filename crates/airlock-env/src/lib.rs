@@ -37,6 +37,9 @@ pub const AIRLOCK_TRACE_PHASES: &str = "AIRLOCK_TRACE_PHASES";
 /// Certificate directory OpenSSL-style tools read; when it or [`SSL_CERT_FILE`] is set on the
 /// host, the egress proxy takes its upstream roots from there.
 pub const SSL_CERT_DIR: &str = "SSL_CERT_DIR";
+/// The file `git config --global` reads instead of `~/.gitconfig`; when it is set, `up` asks
+/// git for the user's identity (A5) even without a `~/.gitconfig`.
+pub const GIT_CONFIG_GLOBAL: &str = "GIT_CONFIG_GLOBAL";
 
 // ---- Test hooks and the test suite (debug builds only; release builds never read them) ----
 
@@ -123,6 +126,7 @@ pub const ALL: &[&str] = &[
     SHELL,
     AIRLOCK_TRACE_PHASES,
     SSL_CERT_DIR,
+    GIT_CONFIG_GLOBAL,
     AIRLOCK_TEST_CRASH_AT,
     AIRLOCK_TEST_PAUSE_AT,
     AIRLOCK_TEST_LOCK_WAIT_MS,
@@ -169,6 +173,7 @@ pub const READ_ON_HOST: &[&str] = &[
     NO_COLOR,
     TERM,
     SHELL,
+    GIT_CONFIG_GLOBAL,
 ];
 
 /// Proxy variables set for every sandbox process (N1).

@@ -91,8 +91,14 @@ pub fn base_files(eff: &Effective, roots: &Roots) -> BaseFiles {
 
 /// The host user's global `user.name` and `user.email` (the user's own configuration, never a
 /// project's: git runs outside any repository), read by one git process on `up`'s path. As with
-/// `git config --get`, the last value of a key wins; an empty value counts as unset.
+/// `git config --get`, the last value of a key wins; an empty value counts as unset. Without a
+/// global configuration file there is nothing to read, and no process is started.
 fn host_git_identity(home: &Path) -> (Option<String>, Option<String>) {
+    let xdg_config = std::env::var_os(airlock_config::env_vars::XDG_CONFIG_HOME);
+    let explicit = std::env::var_os(airlock_config::env_vars::GIT_CONFIG_GLOBAL).is_some();
+    if !explicit && !global_git_config_exists(home, xdg_config.as_deref()) {
+        return (None, None);
+    }
     let Ok(out) = Command::new("git")
         .args([
             "config",
@@ -128,6 +134,19 @@ fn host_git_identity(home: &Path) -> (Option<String>, Option<String>) {
         }
     }
     (name, email)
+}
+
+/// Whether `git config --global` (run with `HOME` = `home`, without `GIT_CONFIG_GLOBAL`) has a
+/// file to read: it reads `~/.gitconfig`, or `$XDG_CONFIG_HOME/git/config` (an unset or empty
+/// `XDG_CONFIG_HOME` is `~/.config`) when that is absent. Anything at either path counts, a
+/// link or an unreadable file too: git then decides.
+fn global_git_config_exists(home: &Path, xdg_config_home: Option<&std::ffi::OsStr>) -> bool {
+    let xdg = xdg_config_home
+        .filter(|v| !v.is_empty())
+        .map_or_else(|| home.join(".config"), PathBuf::from);
+    [home.join(".gitconfig"), xdg.join("git").join("config")]
+        .iter()
+        .any(|p| p.symlink_metadata().is_ok())
 }
 
 /// Writes `files` into the sandbox home of the ready sandbox `record` through the guest's file
@@ -344,4 +363,41 @@ pub(crate) fn exec_on(
         .map_err(|e| HostError::internal("agent.exec", e.to_string()))?;
     stderr.extend_from_slice(&stdout);
     Ok((status.shell_code(), stderr))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::global_git_config_exists;
+    use std::ffi::OsStr;
+
+    #[test]
+    fn no_global_git_config_file_means_no_git_process() {
+        let home = tempfile::tempdir().unwrap();
+        assert!(!global_git_config_exists(home.path(), None));
+        let xdg = home.path().join("xdg");
+        std::fs::create_dir_all(xdg.join("git")).unwrap();
+        assert!(!global_git_config_exists(
+            home.path(),
+            Some(xdg.as_os_str())
+        ));
+    }
+
+    #[test]
+    fn either_file_git_config_global_reads_counts_a_link_too() {
+        let home = tempfile::tempdir().unwrap();
+        let h = home.path();
+        std::fs::write(h.join(".gitconfig"), "[user]\n").unwrap();
+        assert!(global_git_config_exists(h, None));
+        std::fs::remove_file(h.join(".gitconfig")).unwrap();
+        // `$XDG_CONFIG_HOME/git/config`; unset or empty is `~/.config`.
+        let xdg = h.join("xdg");
+        std::fs::create_dir_all(xdg.join("git")).unwrap();
+        std::fs::write(xdg.join("git/config"), "[user]\n").unwrap();
+        assert!(global_git_config_exists(h, Some(xdg.as_os_str())));
+        assert!(!global_git_config_exists(h, None));
+        assert!(!global_git_config_exists(h, Some(OsStr::new(""))));
+        std::fs::create_dir_all(h.join(".config/git")).unwrap();
+        std::os::unix::fs::symlink("/nonexistent", h.join(".config/git/config")).unwrap();
+        assert!(global_git_config_exists(h, Some(OsStr::new(""))));
+    }
 }

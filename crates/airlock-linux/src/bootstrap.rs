@@ -3,8 +3,9 @@
 //! Descriptors of `airlock __init` (fixed numbers, everything else is closed at its start):
 //! - [`BOOTSTRAP_FD`]: read end of a pipe carrying one JSON [`Bootstrap`] (spec, per-epoch key).
 //!   The key travels only here: never in argv, the environment or a file inside the sandbox.
-//! - [`SYNC_FD`]: a stream socket for the start handshake, one line per message:
-//!   child `unshared` → host writes the id maps and joins the cgroup → host `mapped` →
+//! - [`SYNC_FD`]: a stream socket for the start handshake, one line per message: host
+//!   `cgroup` with the cgroup's join files attached (only when [`Bootstrap::join_cgroup`]) →
+//!   child `unshared` → host writes the id maps → host `mapped` →
 //!   intermediate `pid1 <host pid>` → PID 1 `ready`. Any stage may send `error <text>` instead,
 //!   then exits; EOF before `ready` is a failed start.
 //! - [`CONTROL_FD`]: the guest end of the control socketpair, handed to PID 1.
@@ -99,6 +100,11 @@ pub struct Bootstrap {
     /// invoker, the sandbox was started for them (`StartOptions::root_view`), so that what
     /// others may not read in the image is masked (`rootfs/unreadable.rs`).
     pub root_processes: bool,
+    /// Whether the host sends the sandbox's cgroup join files (`cgroup`, right after this
+    /// message) for the init stage to join before it unshares anything: `run` creates the
+    /// cgroup while the init stage execs instead of before it (`host::Spawning::handshake`).
+    #[serde(default)]
+    pub join_cgroup: bool,
 }
 
 impl Bootstrap {

@@ -13,7 +13,8 @@
 //!    environment (nothing of the host environment reaches the guest implicitly).
 //!    [`Sandbox::spawn`] ends here: a caller may finish the spec while the init stage execs
 //!    and loads (`run` makes its egress directory then), then calls [`Spawning::handshake`].
-//! 4. Send the bootstrap message (spec and key) through the pipe, then run the handshake:
+//! 4. Send the bootstrap message (spec and key) through the pipe (and, for a cgroup made after
+//!    the spawn, its join files: `cgroup`), then run the handshake:
 //!    `unshared` → write the id maps → `mapped` (for a root invoker with its
 //!    id-mapped mounts, `idmounts.rs`) → `pid1 N` → `ready`.
 //!    Any failure kills the init stage and removes everything created above; each step may take
@@ -209,9 +210,11 @@ pub struct Sandbox {
     pub timings: StartTimings,
 }
 
-/// The sandbox's cgroup, joined by the init stage itself between its fork and its exec (see
-/// [`crate::cgroup::JoinFds`]): PID 1 is its child and inherits it, and no start waits on the
-/// kernel's threadgroup lock. `None`: no cgroup (limits skipped).
+/// The sandbox's cgroup, joined by the init stage itself (see [`crate::cgroup::JoinFds`]):
+/// between its fork and its exec when given to [`Sandbox::spawn`], or, given to
+/// [`Spawning::handshake`] instead, right after it read its bootstrap message and before it
+/// unshares anything. Either way before PID 1 exists (PID 1 is its child and inherits it), and
+/// no start waits on the kernel's threadgroup lock. `None`: no cgroup (limits skipped).
 pub type CgroupJoin<'a> = Option<&'a crate::cgroup::JoinFds>;
 
 /// A sandbox whose init stage was spawned ([`Sandbox::spawn`]) and has not had its bootstrap
@@ -227,8 +230,15 @@ pub struct Spawning {
 
 impl Spawning {
     /// Steps 4 and on: sends `spec` (the one given to [`Sandbox::spawn`], completed) in the
-    /// bootstrap message and runs the handshake until `ready`.
-    pub fn handshake(self, spec: &SandboxSpec) -> Result<Sandbox, StartError> {
+    /// bootstrap message and runs the handshake until `ready`. `join`: a cgroup made after the
+    /// spawn (`run` makes it while the init stage execs), whose join files go to the init
+    /// stage, which joins it before it unshares anything; `None` when the spawn joined one
+    /// already, or there is none.
+    pub fn handshake(
+        self,
+        spec: &SandboxSpec,
+        join: CgroupJoin<'_>,
+    ) -> Result<Sandbox, StartError> {
         let Spawning {
             mut sandbox,
             boot_w,
@@ -246,8 +256,9 @@ impl Spawning {
             sandbox_gid: sandbox.ids.sandbox_gid,
             root_mapped: sandbox.ids.root_unavailable.is_none(),
             root_processes: sandbox.ids.root_processes(root_view),
+            join_cgroup: join.is_some(),
         };
-        sandbox.handshake(&boot, boot_w, sync_host, root_view)?;
+        sandbox.handshake(&boot, boot_w, sync_host, root_view, join)?;
         Ok(sandbox)
     }
 }
@@ -260,7 +271,7 @@ impl Sandbox {
         opts: &StartOptions,
         join: CgroupJoin<'_>,
     ) -> Result<Sandbox, StartError> {
-        Self::spawn(spec, opts, join)?.handshake(spec)
+        Self::spawn(spec, opts, join)?.handshake(spec, None)
     }
 
     /// Steps 1–3 of the start: the id maps, the runtime directory and the init stage, spawned.
@@ -404,6 +415,7 @@ impl Sandbox {
         boot_w: OwnedFd,
         sync_host: UnixStream,
         root_view: bool,
+        join: CgroupJoin<'_>,
     ) -> Result<(), StartError> {
         let init_err = |source| StartError::Init { source };
         let msg = serde_json::to_vec(boot).map_err(|e| StartError::Io {
@@ -424,6 +436,10 @@ impl Sandbox {
                 source,
             })?;
         let mut sync = Sync::new(sync_host).map_err(init_err)?;
+        if let Some(join) = join {
+            let fds: Vec<_> = join.fds().collect();
+            sync.send_with_fds("cgroup", &fds).map_err(init_err)?;
+        }
         let mut t = Instant::now();
         // While the init stage execs and unshares: the mounts that do not need its namespace.
         // A failure is reported after the init stage's answer, which names the cause better

@@ -5,11 +5,13 @@
 //! 1. `PR_SET_PDEATHSIG(SIGKILL)`, then check the parent is still the airlock that started us
 //!    (it may have died before the prctl). Close every descriptor but the three protocol ones
 //!    (I7: descriptors leaked into airlock by its caller end here).
-//! 2. Read the bootstrap message, then `unshare` user, mount, pid, uts and ipc namespaces.
+//! 2. Read the bootstrap message; join the sandbox's cgroup when the host sends its join files
+//!    (`run`, which creates it while this process execs; otherwise the spawn joined it before
+//!    the exec); then `unshare` user, mount, pid, uts and ipc namespaces.
 //!    The user namespace is unshared in the same call, always, also for root (I1). The network
 //!    namespace is PID 1's (step 6).
 //! 3. Tell the host `unshared`; it writes the id maps (it may: it is the parent, in the parent
-//!    namespace) and moves us into the sandbox's cgroup; wait for `mapped`. Only then become
+//!    namespace); wait for `mapped`. Only then become
 //!    non-dumpable (earlier, `/proc/PID/uid_map` would turn root-owned and unwritable for an
 //!    unprivileged host); PID 1 inherits it.
 //! 4. Become root of the new user namespace when a root identity exists (so the files we create
@@ -146,6 +148,12 @@ fn prepare<T>(
         return Err(InitError::ParentGone);
     }
     let key = decode_key(&boot.key_hex)?;
+    // 1b. The sandbox's cgroup, when the host made it while we exec'd (`run`): joined before
+    //     anything is unshared, with the identity we were started with, as a spawn's pre-exec
+    //     join would have; PID 1 and everything it starts inherit it.
+    if boot.join_cgroup {
+        join_cgroup(sync)?;
+    }
     // Entered while we still have the invoker's identity: once a root invoker's sandbox runs
     // under its own id range, the host directories above it are no longer searchable. The new
     // mount namespace moves the working directory onto its copy of the mount.
@@ -237,6 +245,37 @@ fn prepare<T>(
             Ok((handoff, prepared))
         }
     }
+}
+
+/// Moves this process into the cgroup whose join files (`cgroup::JoinFds`) the host sent with
+/// the `cgroup` line: `0` written to each, as a spawn's pre-exec join does (one thread: this
+/// process has no other). A failed write fails the start: nothing runs outside the limits.
+fn join_cgroup(sync: &mut Sync) -> Result<(), InitError> {
+    let (_, fds) = sync.expect_with_fds("cgroup")?;
+    if fds.is_empty() {
+        return Err(InitError::Syscall {
+            syscall: "joining the sandbox's cgroup",
+            source: std::io::Error::other("the host sent no join file"),
+        });
+    }
+    for fd in &fds {
+        match rustix::io::write(fd, b"0") {
+            Ok(1) => {}
+            Ok(_) => {
+                return Err(InitError::Syscall {
+                    syscall: "joining the sandbox's cgroup",
+                    source: std::io::Error::from(std::io::ErrorKind::WriteZero),
+                })
+            }
+            Err(e) => {
+                return Err(InitError::Syscall {
+                    syscall: "joining the sandbox's cgroup",
+                    source: e.into(),
+                })
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Blocks until every write end of `pipe` is closed (or a byte arrives).

@@ -2,13 +2,14 @@
 //! validates its command line, loads the configuration and builds the [`SandboxSpec`]
 //! ([`build_spec`], a plain value: the runtime makes no policy decisions), then:
 //!
-//! 1. [`EphemeralRun::start`]: the limits (the sandbox's cgroup with its janitor, so a
-//!    SIGKILLed airlock leaves none; where the user may not create cgroups, default limits are
-//!    skipped with a warning naming `airlock doctor`, an explicit limit refuses the run), the
-//!    init stage spawned (`Sandbox::spawn`), the egress sockets while it execs (the proxy
-//!    child starts on the first connection, `egress::lazy`), then the sandbox's handshake; the
-//!    init stage joins the cgroup between its fork and its exec, before PID 1 exists, so every
-//!    sandbox process is inside it.
+//! 1. [`EphemeralRun::start`]: the init stage spawned (`Sandbox::spawn`), then, while it execs
+//!    and loads, the limits (the sandbox's cgroup with its janitor, so a SIGKILLed airlock
+//!    leaves none; where the user may not create cgroups, default limits are skipped with a
+//!    warning naming `airlock doctor`, an explicit limit refuses the run) and the egress
+//!    sockets (the proxy child starts on the first connection, `egress::lazy`), then the
+//!    sandbox's handshake; the init stage joins the cgroup as soon as it has its bootstrap
+//!    message, before it unshares anything and before PID 1 exists, so every sandbox process
+//!    is inside it.
 //! 2. The verb execs CMD through the control channel of [`EphemeralRun::sandbox`].
 //! 3. [`EphemeralRun::finish`]: kill the sandbox (`Sandbox::kill_with`), remove its cgroup,
 //!    stop the proxy.
@@ -64,8 +65,17 @@ impl EphemeralRun {
         };
         // Runtime directories of runs whose airlock was killed (L9: ownership-checked cleanup).
         airlock_linux::host::sweep_stale(&opts.sandboxes_dir);
-        // The cgroup first, so the egress proxy runs inside the sandbox's limits from its
-        // start (9.10: a connection flood from inside costs the sandbox, not the host).
+        // The init stage first: it execs and loads while the cgroup and the egress directory
+        // are made, which only its bootstrap message (sent by the handshake) needs. It joins
+        // the cgroup itself when it has read that message, before it unshares anything and
+        // before PID 1 exists (`airlock_linux::init`).
+        phases.done("prepare");
+        let spawning = Sandbox::spawn(spec, &opts, None).map_err(start_error)?;
+        phases.restart();
+        // The cgroup before the egress proxy, so the proxy runs inside the sandbox's limits
+        // from its start (9.10: a connection flood from inside costs the sandbox, not the
+        // host). Dropping `spawning` on a failure kills the init stage, which has not had its
+        // bootstrap message.
         let mut cgroup = limits::prepare(spec, warn)?;
         phases.done("cgroup");
         // The join files, opened once (cgroupfs opens are not free): the proxy child gets
@@ -73,6 +83,7 @@ impl EphemeralRun {
         let join = match cgroup.join_fds() {
             Ok(join) => join,
             Err(e) => {
+                drop(spawning);
                 cgroup.destroy();
                 return Err(start_error(StartError::Limits(e)));
             }
@@ -91,39 +102,28 @@ impl EphemeralRun {
         let egress_join = match egress_join {
             Ok(j) => j,
             Err(e) => {
+                drop(spawning);
                 cgroup.destroy();
                 return Err(e);
             }
         };
-        // The init stage first: it execs and loads while the egress directory is made, which
-        // only its bootstrap message (sent by the handshake) needs.
-        let spawned = Sandbox::spawn(spec, &opts, join.as_ref());
-        drop(join);
-        let spawning = match spawned {
-            Ok(s) => s,
-            Err(e) => {
-                cgroup.destroy();
-                return Err(start_error(e));
-            }
-        };
-        phases.restart();
         let egress = match start_egress(roots, project_root, spec, egress_join, warn) {
             Ok(egress) => egress,
             Err(e) => {
-                // Kills the init stage (it has not had its bootstrap message) first.
                 drop(spawning);
                 cgroup.destroy();
                 return Err(e);
             }
         };
         phases.done("egress");
-        let sandbox = match spawning.handshake(spec) {
+        let sandbox = match spawning.handshake(spec, join.as_ref()) {
             Ok(s) => s,
             Err(e) => {
                 cgroup.destroy();
                 return Err(start_error(e));
             }
         };
+        drop(join);
         let t = sandbox.timings;
         phases.add("spawn", t.prepare);
         phases.add("namespaces", t.namespaces);

@@ -189,7 +189,9 @@ pub fn hierarchies(layout: &Layout) -> Option<Vec<Hierarchy>> {
 }
 
 /// Open descriptors of the files through which a freshly forked, single-threaded child moves
-/// itself into a sandbox's cgroup before its `execve` (see [`crate::sys::fd::join_before_exec`]):
+/// itself into a sandbox's cgroup before its `execve` (see [`crate::sys::fd::join_before_exec`]),
+/// or a single-threaded init stage right after it (`init.rs`, when `run` made the cgroup while
+/// it exec'd):
 /// v1 `tasks`, v2 `cgroup.procs`, one per hierarchy, opened here by the parent (the kernel checks
 /// the opener's credentials).
 ///
@@ -209,6 +211,11 @@ impl JoinFds {
     /// The raw descriptors, for the pre-exec hook (valid while `self` lives).
     pub fn raw(&self) -> Vec<RawFd> {
         self.fds.iter().map(|f| f.as_raw_fd()).collect()
+    }
+
+    /// The descriptors, to pass to a process that joins by itself (the init stage of `run`).
+    pub fn fds(&self) -> impl Iterator<Item = std::os::fd::BorrowedFd<'_>> {
+        self.fds.iter().map(std::os::fd::AsFd::as_fd)
     }
 
     /// Duplicates of the descriptors (`F_DUPFD_CLOEXEC`: the same open files), for a second

@@ -549,7 +549,6 @@ impl Sandbox {
     /// child subreaper first (the kernel propagates it to the init stage, already running):
     /// PID 1 is re-parented here when the init stage dies, and reaped here.
     pub fn kill_with(mut self, meanwhile: impl FnOnce()) -> Result<(), StartError> {
-        self.control = None;
         let _ = rustix::process::set_child_subreaper(Some(rustix::process::getpid()));
         if let Some(pid1) = &self.pid1 {
             let _ = rustix::process::pidfd_send_signal(pid1, rustix::process::Signal::KILL);
@@ -557,6 +556,10 @@ impl Sandbox {
         // Our unreaped child: its pid cannot have been reused. Its death alone would also end
         // PID 1 (PDEATHSIG); both are signalled so that neither waits for the other.
         let _ = self.init.kill();
+        // Closed only now: closed first, it woke PID 1 to run its own shutdown (which the
+        // SIGKILL makes moot), and on a busy CPU PID 1 then preempted this process before it
+        // had sent the signals.
+        self.control = None;
         meanwhile();
         if let Some(pid1) = &self.pid1 {
             crate::pidfd::wait_exit(pid1, KILL_WAIT);

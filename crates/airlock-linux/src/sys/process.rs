@@ -282,6 +282,10 @@ struct ChildPlan<'a> {
     report: Option<RawFd>,
     /// `step << 16 | errno` of the step that failed ([`CloneMode::Shared`]); 0 until then.
     failed: AtomicI32,
+    /// The parent's own `oom_score_adj` file and its usual value, which the child writes back
+    /// first thing: the child keeps the raised value it inherited, and the parent is back to
+    /// its own before the child can exec anything ([`with_oom_score_adj`]).
+    restore_oom: Option<(RawFd, &'a [u8])>,
 }
 
 /// Starts `spec` under `confinement`; returns the child's pid. The caller reaps it.
@@ -312,6 +316,10 @@ fn spawn_as(
                 .map(|g| g.iter().copied().map(Gid::from_raw).collect::<Vec<_>>()),
         )),
     };
+    let raise_oom = match confinement.oom_score_adj {
+        Some(adj) => Some((adj, own_oom_score_adj()?)),
+        None => None,
+    };
     let plan = ChildPlan {
         // Kept open by `confinement` until `spawn` returns (the child has joined by then).
         mount_ns: confinement.mount_ns.as_ref().map(|fd| fd.as_raw_fd()),
@@ -333,9 +341,10 @@ fn spawn_as(
         exec: &exec,
         report: report.as_ref().map(|(_, write)| write.as_raw_fd()),
         failed: AtomicI32::new(0),
+        restore_oom: raise_oom.map(|(_, own)| (own.file.as_raw_fd(), own.usual.as_slice())),
     };
-    let cloned = match confinement.oom_score_adj {
-        Some(adj) => with_oom_score_adj(adj, || clone_child(&plan, mode))?,
+    let cloned = match raise_oom {
+        Some((adj, own)) => with_oom_score_adj(own, adj, || clone_child(&plan, mode))?,
         None => clone_child(&plan, mode),
     };
     let pid = cloned.map_err(|source| ProcessError::Syscall {
@@ -425,6 +434,12 @@ impl ChildPlan<'_> {
                     return ($step, errno.raw_os_error());
                 }
             };
+        }
+        if let Some((file, usual)) = self.restore_oom {
+            // Best effort: the parent writes it back too once this child has exec'd.
+            // SAFETY: pwrite(2) of the parent's buffer (alive until `spawn` returns) to the
+            // parent's descriptor, which it holds for the rest of its life.
+            let _ = unsafe { libc::pwrite(file, usual.as_ptr().cast(), usual.len(), 0) };
         }
         reset_signals(self.reset_signals);
         step!(ChildStep::Stdio, place_stdio(self.stdio));
@@ -872,41 +887,64 @@ fn zero_or_errno(rc: libc::c_long) -> Result<(), Errno> {
 }
 
 /// PID 1's own `/proc/self/oom_score_adj`, opened for writing by [`hold_own_oom_score_adj`].
-static OWN_OOM_SCORE_ADJ: OnceLock<OwnedFd> = OnceLock::new();
+static OWN_OOM_SCORE_ADJ: OnceLock<OwnOomScoreAdj> = OnceLock::new();
+
+/// Spawns with a raised `oom_score_adj` one at a time: the value is the whole process's, so
+/// two threads raising and restoring it at once would hand a child the wrong value or leave
+/// the parent with the raised one.
+static OOM_SCORE_ADJ_SPAWN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+struct OwnOomScoreAdj {
+    file: OwnedFd,
+    /// The value it had when opened, which is the process's own between spawns.
+    usual: Vec<u8>,
+}
+
+fn own_oom_score_adj() -> Result<&'static OwnOomScoreAdj, ProcessError> {
+    OWN_OOM_SCORE_ADJ.get().ok_or(ProcessError::Syscall {
+        syscall: "open(/proc/self/oom_score_adj)",
+        source: std::io::Error::from_raw_os_error(libc::EBADF),
+    })
+}
 
 /// Opens the caller's `/proc/self/oom_score_adj` for writing and keeps it for [`spawn`]. Call it
 /// once, while the process is dumpable: a non-dumpable process's `/proc` files belong to a root
 /// the sandbox may not map, so it could not open its own file later. The guest's PID 1 calls it
 /// during setup, before any sandbox process exists.
 pub fn hold_own_oom_score_adj() -> std::io::Result<()> {
-    let fd = rustix::fs::open(
+    let file = rustix::fs::open(
         c"/proc/self/oom_score_adj",
         rustix::fs::OFlags::RDWR | rustix::fs::OFlags::CLOEXEC,
         rustix::fs::Mode::empty(),
     )?;
-    let _ = OWN_OOM_SCORE_ADJ.set(fd);
+    let mut buf = [0u8; 16];
+    let n = rustix::io::pread(&file, &mut buf, 0)?;
+    let usual = buf[..n].to_vec();
+    let _ = OWN_OOM_SCORE_ADJ.set(OwnOomScoreAdj { file, usual });
     Ok(())
 }
 
 /// Runs `spawn_child` with this process's `oom_score_adj` raised to `adj`, so the child inherits
-/// `adj` from its first instruction (no program can fork before it is set), then restores the
-/// previous value (allowed without privilege: it is not below the kernel's per-process minimum,
-/// which the previous value respects).
-fn with_oom_score_adj<T>(adj: u16, spawn_child: impl FnOnce() -> T) -> Result<T, ProcessError> {
+/// `adj` from its first instruction (no program can fork before it is set). The child writes
+/// the usual value back before anything else ([`ChildPlan::restore_oom`]), so the parent is back
+/// to it before the child's program runs; the parent writes it too, for a child that failed
+/// first. Allowed without privilege: the usual value is not below the kernel's per-process
+/// minimum. One spawn at a time ([`OOM_SCORE_ADJ_SPAWN`]).
+fn with_oom_score_adj<T>(
+    own: &OwnOomScoreAdj,
+    adj: u16,
+    spawn_child: impl FnOnce() -> T,
+) -> Result<T, ProcessError> {
     let err = |e: Errno| ProcessError::Syscall {
         syscall: "write(/proc/self/oom_score_adj)",
         source: e.into(),
     };
-    let fd = OWN_OOM_SCORE_ADJ.get().ok_or(ProcessError::Syscall {
-        syscall: "open(/proc/self/oom_score_adj)",
-        source: std::io::Error::from_raw_os_error(libc::EBADF),
-    })?;
-    let mut buf = [0u8; 16];
-    let n = rustix::io::pread(fd, &mut buf, 0).map_err(err)?;
-    let previous = buf[..n].to_vec();
-    rustix::io::pwrite(fd, adj.to_string().as_bytes(), 0).map_err(err)?;
+    let _one_at_a_time = OOM_SCORE_ADJ_SPAWN
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    rustix::io::pwrite(&own.file, adj.to_string().as_bytes(), 0).map_err(err)?;
     let result = spawn_child();
-    rustix::io::pwrite(fd, &previous, 0).map_err(err)?;
+    rustix::io::pwrite(&own.file, &own.usual, 0).map_err(err)?;
     Ok(result)
 }
 
@@ -1238,6 +1276,40 @@ mod tests {
         )
         .unwrap();
         assert_eq!((code, out.as_str()), (0, "500\n"));
+        assert_eq!(own(), before, "the parent's own value is restored");
+        // Restored before the child's program runs: what it reads of its parent is the usual.
+        let parent = format!("/proc/{}/oom_score_adj", std::process::id());
+        let (code, out) = run(&["cat", &parent], Identity::Inherit, &confinement).unwrap();
+        assert_eq!((code, out), (0, before));
+    }
+
+    /// The guest's PID 1 spawns from several threads at once (one per exec stream): each
+    /// child still gets the raised value, and the parent ends with its own, not a raised value
+    /// one thread took for its own while another had raised it.
+    #[test]
+    fn concurrent_spawns_each_get_the_raised_oom_score_adj_and_the_parent_keeps_its_own() {
+        hold_own_oom_score_adj().unwrap();
+        let own = || std::fs::read_to_string("/proc/self/oom_score_adj").unwrap();
+        let before = own();
+        let confinement = Confinement {
+            oom_score_adj: Some(600),
+            ..Confinement::default()
+        };
+        std::thread::scope(|scope| {
+            for _ in 0..4 {
+                scope.spawn(|| {
+                    for _ in 0..25 {
+                        let (code, out) = run(
+                            &["cat", "/proc/self/oom_score_adj"],
+                            Identity::Inherit,
+                            &confinement,
+                        )
+                        .unwrap();
+                        assert_eq!((code, out.as_str()), (0, "600\n"));
+                    }
+                });
+            }
+        });
         assert_eq!(own(), before, "the parent's own value is restored");
     }
 

@@ -12,7 +12,12 @@
 //!   answer then comes once the proxy runs, so an opening channel may wait up to
 //!   [`ANSWER_TIMEOUT`];
 //! - on an open channel each pending connection is sent (one `C` with one descriptor) and
-//!   closed; a full channel (`EAGAIN`: the proxy is not reading) waits for it to drain.
+//!   closed; a full channel (`EAGAIN`: the proxy is not reading) waits for it to drain;
+//! - once nothing is pending, the listener itself is sent (one `L`, PID 1 keeps its copy) and
+//!   PID 1 stops polling it: the proxy accepts the sandbox's connections itself, with no wake-up
+//!   of PID 1 and no descriptor passing per connection. The proxy never writes on the channel,
+//!   so the channel becoming readable means it closed (the proxy exited or dropped it): PID 1
+//!   then polls the listener again and hands the next connection over on a new channel.
 //!
 //! Failure handling, as before: a channel that breaks (the proxy exited) is reopened once for
 //! the connection at hand, which is closed when that fails too; no socket, no answer in time,
@@ -66,8 +71,13 @@ enum Channel {
         stream: UnixStream,
         deadline: Instant,
     },
-    /// Accepted; `full`: the last send met a full channel, wait until it is writable.
-    Open { stream: UnixStream, full: bool },
+    /// Accepted; `full`: the last send met a full channel, wait until it is writable;
+    /// `listening`: the proxy has the listener (PID 1 does not accept).
+    Open {
+        stream: UnixStream,
+        full: bool,
+        listening: bool,
+    },
     /// The proxy does not take handoffs from us: byte-relay instead.
     Refused,
 }
@@ -85,9 +95,17 @@ impl HandoffRelay {
     }
 
     /// The descriptors to poll and for what: the listener first (`IN`, or nothing while
-    /// `pending` is full), then the channel when it is opening (`IN`) or full (`OUT`).
+    /// `pending` is full or the proxy has the listener), then the channel when it is opening
+    /// (`IN`), full (`OUT`) or holds the listener (`IN`: it closed).
     pub(crate) fn wants(&self) -> Vec<(BorrowedFd<'_>, PollFlags)> {
-        let accept = if self.pending.len() < MAX_PENDING {
+        let proxy_accepts = matches!(
+            self.channel,
+            Channel::Open {
+                listening: true,
+                ..
+            }
+        );
+        let accept = if self.pending.len() < MAX_PENDING && !proxy_accepts {
             PollFlags::IN
         } else {
             PollFlags::empty()
@@ -95,8 +113,15 @@ impl HandoffRelay {
         let mut out = vec![(self.listener.as_fd(), accept)];
         match &self.channel {
             Channel::Opening { stream, .. } => out.push((stream.as_fd(), PollFlags::IN)),
-            Channel::Open { stream, full: true } => out.push((stream.as_fd(), PollFlags::OUT)),
-            Channel::Open { full: false, .. } | Channel::Closed | Channel::Refused => {}
+            Channel::Open {
+                stream, full: true, ..
+            } => out.push((stream.as_fd(), PollFlags::OUT)),
+            Channel::Open {
+                stream,
+                listening: true,
+                ..
+            } => out.push((stream.as_fd(), PollFlags::IN)),
+            Channel::Open { .. } | Channel::Closed | Channel::Refused => {}
         }
         out
     }
@@ -155,6 +180,7 @@ impl HandoffRelay {
                     Ok(1) if answer[0] == ACCEPTED => Channel::Open {
                         stream,
                         full: false,
+                        listening: false,
                     },
                     // Closed without accepting (or answered something else): this proxy does
                     // not take handoffs from us.
@@ -168,13 +194,48 @@ impl HandoffRelay {
                     }
                 };
             }
-            Channel::Open { stream, .. } => {
+            Channel::Open {
+                stream,
+                listening: true,
+                ..
+            } => {
+                // The proxy never writes: readable means closed (or a protocol breach, which
+                // ends the channel just as well). Dropping it makes PID 1 accept again.
+                let mut byte = [0u8; 1];
+                match (&stream).read(&mut byte) {
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                        self.channel = Channel::Open {
+                            stream,
+                            full: false,
+                            listening: true,
+                        };
+                    }
+                    _ => self.drop_backlog(),
+                }
+            }
+            Channel::Open {
+                stream, listening, ..
+            } => {
                 self.channel = Channel::Open {
                     stream,
                     full: false,
+                    listening,
                 }
             }
             other => self.channel = other,
+        }
+    }
+
+    /// The proxy that had the listener went away: the connections left in its backlog were
+    /// queued for that proxy and are closed, as those sent on a channel it never read are.
+    /// (Served instead, one of them would start a proxy for a client that may be long gone.)
+    fn drop_backlog(&mut self) {
+        loop {
+            match self.listener.accept() {
+                Ok(_) => {}
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(_) => return,
+            }
         }
     }
 
@@ -184,8 +245,30 @@ impl HandoffRelay {
         self.pending.clear();
     }
 
-    /// Hands over (or byte-relays) what is pending, as far as the channel allows.
+    /// Hands over (or byte-relays) what is pending, as far as the channel allows; then, on an
+    /// open channel, the listener.
     fn flush(&mut self) {
+        self.flush_pending();
+        if !self.pending.is_empty() {
+            return;
+        }
+        let Channel::Open {
+            stream,
+            full: full @ false,
+            listening: listening @ false,
+        } = &mut self.channel
+        else {
+            return;
+        };
+        match handoff::send_listener(stream.as_fd(), self.listener.as_fd()) {
+            Ok(()) => *listening = true,
+            Err(e) if e.would_block() => *full = true,
+            // A broken channel: the next connection opens a new one.
+            Err(_) => self.channel = Channel::Closed,
+        }
+    }
+
+    fn flush_pending(&mut self) {
         while let Some(front) = self.pending.front_mut() {
             match &self.channel {
                 Channel::Refused => {
@@ -207,6 +290,7 @@ impl HandoffRelay {
                 Channel::Open {
                     stream,
                     full: false,
+                    ..
                 } => {
                     match handoff::send_connection(stream.as_fd(), front.client.as_fd()) {
                         // Dropping it closes PID 1's copy: the proxy holds the only one.
@@ -281,13 +365,30 @@ mod tests {
         channel
     }
 
-    /// The next handed-over connection on `channel` (waits for it).
-    fn next_connection(channel: &UnixStream) -> Option<TcpStream> {
+    /// The next connection the proxy gets (waits for it): handed over on `channel`, or, once
+    /// the listener was handed over (kept in `listener`), accepted from that.
+    fn next_connection(
+        channel: &UnixStream,
+        listener: &mut Option<TcpListener>,
+    ) -> Option<TcpStream> {
         loop {
             match handoff::recv_connection(channel.as_fd()) {
                 Ok(Received::Connection(fd)) => return Some(TcpStream::from(fd)),
+                Ok(Received::Listener(fd)) => {
+                    assert!(listener.is_none(), "a second listener");
+                    *listener = Some(TcpListener::from(fd));
+                }
                 Ok(Received::Closed) => return None,
-                Err(e) if e.would_block() => thread::sleep(Duration::from_millis(2)),
+                Err(e) if e.would_block() => {
+                    if let Some(l) = listener {
+                        match l.accept() {
+                            Ok((s, _)) => return Some(s),
+                            Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                            Err(e) => panic!("{e}"),
+                        }
+                    }
+                    thread::sleep(Duration::from_millis(2))
+                }
                 Err(e) => panic!("{e}"),
             }
         }
@@ -313,7 +414,7 @@ mod tests {
         let port = start_handoff(&socket);
         let mut client = TcpStream::connect((Ipv4Addr::LOCALHOST, port)).unwrap();
         let channel = accept_channel(&host);
-        let mut served = next_connection(&channel).unwrap();
+        let mut served = next_connection(&channel, &mut None).unwrap();
         // The proxy's end is the accepted TCP socket of the sandbox's listener.
         assert_eq!(served.local_addr().unwrap().port(), port);
         client.write_all(b"ping").unwrap();
@@ -331,6 +432,88 @@ mod tests {
         assert_eq!(got, b"pong");
     }
 
+    /// Once nothing is pending PID 1 hands over its listener and stops accepting: later
+    /// connections wait in the listener's backlog for the proxy (PID 1 taking one would leave
+    /// this test's accept waiting). When that channel closes, PID 1 accepts again.
+    #[test]
+    fn the_proxy_accepts_from_the_handed_over_listener_until_its_channel_closes() {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("proxy.sock");
+        let host = UnixListener::bind(&socket).unwrap();
+        let port = start_handoff(&socket);
+        let _first = TcpStream::connect((Ipv4Addr::LOCALHOST, port)).unwrap();
+        let channel = accept_channel(&host);
+        let Ok(Received::Connection(_)) = recv_blocking(&channel) else {
+            panic!("the first connection was not handed over")
+        };
+        let Ok(Received::Listener(fd)) = recv_blocking(&channel) else {
+            panic!("the listener was not handed over")
+        };
+        let listener = TcpListener::from(fd);
+        assert_eq!(listener.local_addr().unwrap().port(), port);
+        // (Its file description is PID 1's too: it stays non-blocking.)
+        for _ in 0..3 {
+            let mut client = TcpStream::connect((Ipv4Addr::LOCALHOST, port)).unwrap();
+            let mut served = loop {
+                match listener.accept() {
+                    Ok((s, _)) => break s,
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                        thread::sleep(Duration::from_millis(2))
+                    }
+                    Err(e) => panic!("{e}"),
+                }
+            };
+            served.set_nonblocking(false).unwrap();
+            assert_eq!(served.peer_addr().unwrap(), client.local_addr().unwrap());
+            client.write_all(b"direct").unwrap();
+            let mut buf = [0u8; 6];
+            served.read_exact(&mut buf).unwrap();
+            assert_eq!(&buf, b"direct");
+        }
+        // The proxy drops the channel (and its listener copy): PID 1 accepts again and opens a
+        // new channel. (A connection made before PID 1 saw the channel close is closed with
+        // the rest of the dead proxy's backlog, so connect until one gets through.)
+        drop(listener);
+        drop(channel);
+        let (_clients, channel) = connect_until_a_channel_opens(&host, port);
+        let Ok(Received::Connection(_)) = recv_blocking(&channel) else {
+            panic!("PID 1 did not accept again")
+        };
+    }
+
+    /// After the proxy with the listener went away: connects to `port` until PID 1 opens a new
+    /// channel on `host` (connections made before PID 1 saw the old channel close are closed
+    /// with that proxy's backlog); returns the clients and the accepted channel.
+    fn connect_until_a_channel_opens(
+        host: &UnixListener,
+        port: u16,
+    ) -> (Vec<TcpStream>, UnixStream) {
+        host.set_nonblocking(true).unwrap();
+        let mut clients = Vec::new();
+        loop {
+            clients.push(TcpStream::connect((Ipv4Addr::LOCALHOST, port)).unwrap());
+            thread::sleep(Duration::from_millis(20));
+            if let Ok((channel, _)) = host.accept() {
+                channel.set_nonblocking(false).unwrap();
+                host.set_nonblocking(false).unwrap();
+                let mut hello = vec![0u8; HELLO.len()];
+                (&channel).read_exact(&mut hello).unwrap();
+                assert_eq!(hello, HELLO);
+                (&channel).write_all(&[ACCEPTED]).unwrap();
+                return (clients, channel);
+            }
+        }
+    }
+
+    fn recv_blocking(channel: &UnixStream) -> Result<Received, handoff::HandoffError> {
+        loop {
+            match handoff::recv_connection(channel.as_fd()) {
+                Err(e) if e.would_block() => thread::sleep(Duration::from_millis(2)),
+                other => return other,
+            }
+        }
+    }
+
     #[test]
     fn connections_share_one_channel_and_a_broken_one_is_reopened() {
         let dir = tempfile::tempdir().unwrap();
@@ -340,16 +523,22 @@ mod tests {
         let _a = TcpStream::connect((Ipv4Addr::LOCALHOST, port)).unwrap();
         let _b = TcpStream::connect((Ipv4Addr::LOCALHOST, port)).unwrap();
         let channel = accept_channel(&host);
-        assert!(next_connection(&channel).is_some());
-        assert!(next_connection(&channel).is_some());
+        let mut listener = None;
+        assert!(next_connection(&channel, &mut listener).is_some());
+        assert!(next_connection(&channel, &mut listener).is_some());
         // The proxy goes away; its successor listens on the same path.
         drop(channel);
+        drop(listener);
         drop(host);
         std::fs::remove_file(&socket).unwrap();
         let host = UnixListener::bind(&socket).unwrap();
-        let mut c = TcpStream::connect((Ipv4Addr::LOCALHOST, port)).unwrap();
-        let channel = accept_channel(&host);
-        let mut served = next_connection(&channel).unwrap();
+        let (clients, channel) = connect_until_a_channel_opens(&host, port);
+        let mut served = next_connection(&channel, &mut None).unwrap();
+        let peer = served.peer_addr().unwrap();
+        let mut c = clients
+            .into_iter()
+            .find(|c| c.local_addr().unwrap() == peer)
+            .unwrap();
         c.write_all(b"x").unwrap();
         let mut buf = [0u8; 1];
         served.read_exact(&mut buf).unwrap();
@@ -444,8 +633,10 @@ mod tests {
 
         // The proxy comes up: both waiting connections arrive over one channel, in order.
         let channel = accept_channel(&host);
-        let mut served: Vec<TcpStream> =
-            (0..2).map(|_| next_connection(&channel).unwrap()).collect();
+        let mut listener = None;
+        let mut served: Vec<TcpStream> = (0..2)
+            .map(|_| next_connection(&channel, &mut listener).unwrap())
+            .collect();
         let peers: Vec<_> = served.iter().map(|s| s.peer_addr().unwrap()).collect();
         assert_eq!(
             peers,

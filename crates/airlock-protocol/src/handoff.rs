@@ -8,7 +8,11 @@
 //! 2. the proxy answers the single byte [`ACCEPTED`] when it trusts the peer (it checks that
 //!    the peer is the init process of a sandbox's PID namespace), or closes the connection;
 //! 3. PID 1 then sends one message per accepted connection: the byte `C` with exactly one
-//!    descriptor attached ([`send_connection`]). The proxy never writes anything else.
+//!    descriptor attached ([`send_connection`]); and, once nothing it accepted is left to send,
+//!    its listening socket itself: the byte `L` with that one descriptor ([`send_listener`]).
+//!    From then on the proxy accepts the sandbox's connections itself, for as long as the
+//!    channel is open, and PID 1 stops accepting (no hop through PID 1 per connection); when
+//!    the channel closes, PID 1 accepts again. The proxy never writes anything else.
 //!
 //! The receiver ([`recv_connection`]) reads one byte per message, so the descriptors of two
 //! messages never mix; a message with another tag or another number of descriptors is an
@@ -24,14 +28,18 @@ use rustix::net::{
     SendAncillaryMessage, SendFlags,
 };
 
-/// What PID 1 writes first on a handoff channel (protocol version 1).
-pub const HELLO: &[u8] = b"\0airlock-handoff 1\n";
+/// What PID 1 writes first on a handoff channel (protocol version 2: version 1 had no
+/// [`send_listener`]).
+pub const HELLO: &[u8] = b"\0airlock-handoff 2\n";
 
 /// The proxy's one-byte answer to [`HELLO`] when it accepts the channel.
 pub const ACCEPTED: u8 = b'+';
 
 /// The byte that accompanies each handed-over connection.
 const CONNECTION: u8 = b'C';
+
+/// The byte that accompanies the handed-over listening socket.
+const LISTENER: u8 = b'L';
 
 /// Why a connection could not be handed over or received.
 #[derive(Debug, thiserror::Error)]
@@ -70,6 +78,8 @@ impl HandoffError {
 pub enum Received {
     /// One handed-over descriptor (not checked here: the receiver must treat it as hostile).
     Connection(OwnedFd),
+    /// The handed-over listening socket (not checked here either).
+    Listener(OwnedFd),
     /// The sender closed the channel.
     Closed,
 }
@@ -80,7 +90,20 @@ pub fn send_connection(
     channel: BorrowedFd<'_>,
     connection: BorrowedFd<'_>,
 ) -> Result<(), HandoffError> {
-    let fds = [connection];
+    send(channel, CONNECTION, connection)
+}
+
+/// Sends the listening socket `listener` over `channel` (one message, one descriptor); the
+/// caller keeps its own copy. Never raises `SIGPIPE`.
+pub fn send_listener(
+    channel: BorrowedFd<'_>,
+    listener: BorrowedFd<'_>,
+) -> Result<(), HandoffError> {
+    send(channel, LISTENER, listener)
+}
+
+fn send(channel: BorrowedFd<'_>, tag: u8, fd: BorrowedFd<'_>) -> Result<(), HandoffError> {
+    let fds = [fd];
     let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
     let mut ancillary = SendAncillaryBuffer::new(&mut space);
     let pushed = ancillary.push(SendAncillaryMessage::ScmRights(&fds));
@@ -88,7 +111,7 @@ pub fn send_connection(
     loop {
         match sendmsg(
             channel,
-            &[IoSlice::new(&[CONNECTION])],
+            &[IoSlice::new(&[tag])],
             &mut ancillary,
             SendFlags::NOSIGNAL,
         ) {
@@ -136,12 +159,14 @@ pub fn recv_connection(channel: BorrowedFd<'_>) -> Result<Received, HandoffError
         if received.bytes == 0 && fds.is_empty() {
             return Ok(Received::Closed);
         }
-        if byte[0] != CONNECTION {
-            return Err(HandoffError::UnknownTag { tag: byte[0] });
-        }
+        let wrap = match byte[0] {
+            CONNECTION => Received::Connection,
+            LISTENER => Received::Listener,
+            tag => return Err(HandoffError::UnknownTag { tag }),
+        };
         match fds.pop() {
             // Dropping `fds` closes whatever else arrived.
-            Some(fd) if fds.is_empty() => return Ok(Received::Connection(fd)),
+            Some(fd) if fds.is_empty() => return Ok(wrap(fd)),
             Some(_) => {
                 return Err(HandoffError::DescriptorCount {
                     count: fds.len() + 1,
@@ -174,6 +199,18 @@ mod tests {
         got.read_exact(&mut buf).unwrap();
         assert_eq!(&buf, b"hi");
         conn.flush().unwrap();
+    }
+
+    #[test]
+    fn a_sent_listener_arrives_tagged_as_one() {
+        let (pid1, proxy) = UnixStream::pair().unwrap();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        send_listener(pid1.as_fd(), listener.as_fd()).unwrap();
+        let Received::Listener(fd) = recv_connection(proxy.as_fd()).unwrap() else {
+            panic!("not received as a listener")
+        };
+        let got = std::net::TcpListener::from(fd);
+        assert_eq!(got.local_addr().unwrap(), listener.local_addr().unwrap());
     }
 
     #[test]

@@ -15,7 +15,18 @@
 //! Even so every received descriptor is hostile input ([`admit`]): it must be a connected
 //! (not listening) TCP stream socket with loopback addresses at both ends, checked with
 //! `getsockopt`/`getsockname`, which touch no file (a FUSE file or a FIFO would never reach a
-//! `read`). Anything else is closed. The socket is then made non-blocking, `TCP_NODELAY`, and
+//! `read`). Anything else is closed.
+//!
+//! Once PID 1 has nothing else to send it hands over its listener (`127.0.0.1:3128` in the
+//! sandbox's network namespace) and the proxy accepts the sandbox's connections itself while
+//! the channel is open: no wake-up of PID 1 and no descriptor passing per connection. The
+//! listener must be a listening TCP socket bound to a loopback address ([`admit_listener`]),
+//! one per channel. Nothing new becomes reachable by it: every connection on it comes from the
+//! sandbox's loopback-only namespace and is served exactly as a handed-over one (same bound,
+//! same setup, [`admit_accepted`]), so policy stays the only way out (N1, I9). PID 1 keeps its
+//! copy of the listener (it accepts again when the channel closes), so the listener's flags
+//! are PID 1's as well as ours — the same trust the proxy already puts in PID 1's handed-over
+//! connections; every connection accepted from it is a new socket only the proxy holds. The socket is then made non-blocking, `TCP_NODELAY`, and
 //! its `SO_LINGER` switched off (a close never waits), and served exactly like any client: the
 //! same policy snapshot per request, audit, substitution, interception. At most
 //! [`MAX_HANDED_OVER`] handed-over connections are served at once (the bound PID 1 used to
@@ -87,8 +98,17 @@ async fn peek_first(stream: &UnixStream) -> io::Result<Option<u8>> {
     Ok((n == 1).then_some(byte[0]))
 }
 
+/// What arrived on an accepted channel.
+pub(crate) enum Handed {
+    /// One connection PID 1 accepted.
+    Connection(OwnedFd),
+    /// PID 1's listening socket: accept the sandbox's connections from it while the channel
+    /// is open.
+    Listener(OwnedFd),
+}
+
 /// The next descriptor on an accepted channel; `None` when the channel closed or broke.
-pub(crate) async fn next(channel: &UnixStream) -> Option<OwnedFd> {
+pub(crate) async fn next(channel: &UnixStream) -> Option<Handed> {
     let got = channel
         .async_io(Interest::READABLE, || {
             match handoff::recv_connection(channel.as_fd()) {
@@ -98,7 +118,8 @@ pub(crate) async fn next(channel: &UnixStream) -> Option<OwnedFd> {
         })
         .await;
     match got {
-        Ok(Ok(Received::Connection(fd))) => Some(fd),
+        Ok(Ok(Received::Connection(fd))) => Some(Handed::Connection(fd)),
+        Ok(Ok(Received::Listener(fd))) => Some(Handed::Listener(fd)),
         Ok(Ok(Received::Closed)) => None,
         Ok(Err(e)) => {
             tracing::warn!(error = %e, "handoff channel closed");
@@ -162,9 +183,15 @@ pub enum AdmitError {
         /// What it is instead.
         what: String,
     },
-    /// A listening socket.
+    /// A listening socket where a connection was expected.
     #[error("the handed-over socket is a listening socket")]
     Listening,
+    /// Not a listening socket where one was expected.
+    #[error("the handed-over listener is not a listening socket")]
+    NotListening,
+    /// A second listener on one channel.
+    #[error("a handoff channel handed over a second listener")]
+    SecondListener,
     /// Not connected, or an address is not loopback.
     #[error("the handed-over socket is not a loopback connection ({what})")]
     NotLoopback {
@@ -197,14 +224,19 @@ impl Drop for Slot {
 /// Checks a handed-over descriptor (see the module docs) and takes one of the `open` places.
 /// Must be called inside the tokio runtime.
 pub(crate) fn admit(fd: OwnedFd, open: &Arc<AtomicUsize>) -> Result<Admitted, AdmitError> {
-    check(&fd)?;
-    if open.fetch_add(1, Ordering::SeqCst) >= MAX_HANDED_OVER {
-        open.fetch_sub(1, Ordering::SeqCst);
-        return Err(AdmitError::TooMany);
+    check_tcp(&fd)?;
+    if rustix::net::sockopt::socket_acceptconn(&fd).map_err(|e| AdmitError::NotASocket(e.into()))? {
+        return Err(AdmitError::Listening);
     }
-    let slot = Slot(open.clone());
-    rustix::net::sockopt::set_socket_linger(&fd, None).map_err(setup)?;
-    rustix::net::sockopt::set_tcp_nodelay(&fd, true).map_err(setup)?;
+    let local = loopback(rustix::net::getsockname(&fd).ok());
+    let peer = loopback(rustix::net::getpeername(&fd).ok().flatten());
+    if local.is_none() || peer.is_none() {
+        return Err(AdmitError::NotLoopback {
+            what: format!("local {local:?}, peer {peer:?}"),
+        });
+    }
+    let slot = take_slot(open)?;
+    set_up(&fd)?;
     let std = std::net::TcpStream::from(fd);
     std.set_nonblocking(true).map_err(AdmitError::Setup)?;
     let stream = tokio::net::TcpStream::from_std(std).map_err(AdmitError::Setup)?;
@@ -214,12 +246,76 @@ pub(crate) fn admit(fd: OwnedFd, open: &Arc<AtomicUsize>) -> Result<Admitted, Ad
     })
 }
 
+/// Checks a handed-over listening socket: a TCP listener bound to a loopback address (PID 1's
+/// `127.0.0.1:3128`). Must be called inside the tokio runtime.
+///
+/// Every connection accepted from it is a new socket only the proxy holds (PID 1 keeps a copy
+/// of the listener, never of what the proxy accepts), made by the kernel from this listener:
+/// a connected TCP stream whose local end is the listener's loopback address;
+/// [`admit_accepted`] checks its peer and sets it up like a handed-over connection.
+pub(crate) fn admit_listener(fd: OwnedFd) -> Result<tokio::net::TcpListener, AdmitError> {
+    check_tcp(&fd)?;
+    if !rustix::net::sockopt::socket_acceptconn(&fd)
+        .map_err(|e| AdmitError::NotASocket(e.into()))?
+    {
+        return Err(AdmitError::NotListening);
+    }
+    let Some(_) = loopback(rustix::net::getsockname(&fd).ok()) else {
+        return Err(AdmitError::NotLoopback {
+            what: "the listener is not bound to a loopback address".to_owned(),
+        });
+    };
+    let std = std::net::TcpListener::from(fd);
+    std.set_nonblocking(true).map_err(AdmitError::Setup)?;
+    tokio::net::TcpListener::from_std(std).map_err(AdmitError::Setup)
+}
+
+/// Takes a connection accepted from an admitted listener (its peer, from `accept`, must be
+/// loopback) and one of the `open` places.
+pub(crate) fn admit_accepted(
+    stream: tokio::net::TcpStream,
+    peer: std::net::SocketAddr,
+    open: &Arc<AtomicUsize>,
+) -> Result<Admitted, AdmitError> {
+    if !peer.ip().is_loopback() {
+        return Err(AdmitError::NotLoopback {
+            what: format!("peer {peer}"),
+        });
+    }
+    let slot = take_slot(open)?;
+    // Options are inherited from the listener, which PID 1 holds too: set them anyway.
+    set_up(&stream)?;
+    Ok(Admitted {
+        stream,
+        _slot: slot,
+    })
+}
+
+fn take_slot(open: &Arc<AtomicUsize>) -> Result<Slot, AdmitError> {
+    if open.fetch_add(1, Ordering::SeqCst) >= MAX_HANDED_OVER {
+        open.fetch_sub(1, Ordering::SeqCst);
+        return Err(AdmitError::TooMany);
+    }
+    Ok(Slot(open.clone()))
+}
+
+/// No lingering close, `TCP_NODELAY`.
+fn set_up(fd: impl AsFd) -> Result<(), AdmitError> {
+    rustix::net::sockopt::set_socket_linger(&fd, None).map_err(setup)?;
+    rustix::net::sockopt::set_tcp_nodelay(&fd, true).map_err(setup)
+}
+
 fn setup(e: rustix::io::Errno) -> AdmitError {
     AdmitError::Setup(e.into())
 }
 
-/// The socket checks of [`admit`]; only `getsockopt`, `getsockname` and `getpeername`.
-fn check(fd: &OwnedFd) -> Result<(), AdmitError> {
+fn loopback(addr: Option<rustix::net::SocketAddrAny>) -> Option<std::net::SocketAddr> {
+    addr.and_then(|a| std::net::SocketAddr::try_from(a).ok())
+        .filter(|a| a.ip().is_loopback())
+}
+
+/// That `fd` is a TCP socket; only `getsockopt`.
+fn check_tcp(fd: &OwnedFd) -> Result<(), AdmitError> {
     let kind =
         rustix::net::sockopt::socket_type(fd).map_err(|e| AdmitError::NotASocket(e.into()))?;
     let family =
@@ -232,21 +328,7 @@ fn check(fd: &OwnedFd) -> Result<(), AdmitError> {
             what: format!("{family:?} {kind:?} {protocol:?}"),
         });
     }
-    if rustix::net::sockopt::socket_acceptconn(fd).map_err(|e| AdmitError::NotASocket(e.into()))? {
-        return Err(AdmitError::Listening);
-    }
-    let loopback = |addr: Option<rustix::net::SocketAddrAny>| {
-        addr.and_then(|a| std::net::SocketAddr::try_from(a).ok())
-            .filter(|a| a.ip().is_loopback())
-    };
-    let local = loopback(rustix::net::getsockname(fd).ok());
-    let peer = loopback(rustix::net::getpeername(fd).ok().flatten());
-    match (local, peer) {
-        (Some(_), Some(_)) => Ok(()),
-        (local, peer) => Err(AdmitError::NotLoopback {
-            what: format!("local {local:?}, peer {peer:?}"),
-        }),
-    }
+    Ok(())
 }
 
 #[cfg(test)]

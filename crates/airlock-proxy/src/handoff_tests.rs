@@ -11,12 +11,12 @@ use std::time::Duration;
 
 use airlock_config::policy::{Action, HostPattern, Policy, Rule, RuleOrigin};
 use airlock_config::raw::Preset;
-use airlock_protocol::handoff::{send_connection, ACCEPTED, HELLO};
+use airlock_protocol::handoff::{send_connection, send_listener, ACCEPTED, HELLO};
 use airlock_secrets::SecretBindings;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 
-use super::{admit, AdmitError, MAX_HANDED_OVER};
+use super::{admit, admit_listener, AdmitError, MAX_HANDED_OVER};
 use crate::server::{Proxy, ProxyConfig, ProxyHandle, ProxyListener};
 
 const ALLOWED: &str = "allowed.handoff.test";
@@ -144,6 +144,60 @@ async fn a_handed_over_connection_is_decided_by_the_policy_and_audited() {
     );
     let audit = audit_text(proxy, tmp.path()).await;
     assert!(audit.contains(ALLOWED) && audit.contains(DENIED), "{audit}");
+}
+
+/// PID 1's listener handed over: the proxy accepts from it and serves every connection like
+/// a handed-over one (policy, audit), and keeps taking handed-over connections too.
+#[tokio::test]
+async fn connections_on_a_handed_over_listener_are_decided_by_the_policy_and_audited() {
+    let port = upstream().await;
+    let (tmp, proxy) = start(port, true).await;
+    let channel = channel(tmp.path()).await.expect("channel refused");
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let at = listener.local_addr().unwrap();
+    channel.writable().await.unwrap();
+    send_listener(channel.as_fd(), listener.as_fd()).unwrap();
+    for _ in 0..3 {
+        let mut allowed = TcpStream::connect(at).await.unwrap();
+        let ok = request(&mut allowed, ALLOWED, port).await;
+        assert!(ok.ends_with("upstream says hi"), "{ok}");
+    }
+    let mut denied = TcpStream::connect(at).await.unwrap();
+    let refused = request(&mut denied, DENIED, port).await;
+    assert!(refused.starts_with("HTTP/1.1 403"), "{refused}");
+    let (mut handed, accepted) = tcp_pair().await;
+    hand_over(&channel, accepted).await;
+    let ok = request(&mut handed, ALLOWED, port).await;
+    assert!(ok.ends_with("upstream says hi"), "{ok}");
+    let audit = audit_text(proxy, tmp.path()).await;
+    let host = format!("\"host\":\"{ALLOWED}\"");
+    assert_eq!(audit.matches(&host).count(), 4, "{audit}");
+    assert!(audit.contains(DENIED), "{audit}");
+}
+
+#[tokio::test]
+async fn a_handed_over_listener_that_is_not_a_loopback_tcp_listener_is_refused() {
+    let refused = |fd: OwnedFd| match admit_listener(fd) {
+        Ok(_) => panic!("admitted"),
+        Err(e) => e,
+    };
+    let (pipe_r, _pipe_w) = rustix::pipe::pipe().unwrap();
+    assert!(matches!(refused(pipe_r), AdmitError::NotASocket(_)));
+    let unix =
+        std::os::unix::net::UnixListener::bind(tempfile::tempdir().unwrap().path().join("l.sock"))
+            .unwrap();
+    assert!(matches!(refused(unix.into()), AdmitError::NotTcp { .. }));
+    let (_client, accepted) = tcp_pair().await;
+    let connected: OwnedFd = accepted.into_std().unwrap().into();
+    assert!(matches!(refused(connected), AdmitError::NotListening));
+    let any = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
+    assert!(matches!(
+        refused(any.into()),
+        AdmitError::NotLoopback { .. }
+    ));
+    let ok = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    assert!(admit_listener(ok.into()).is_ok());
 }
 
 #[tokio::test]

@@ -304,20 +304,63 @@ async fn serve_unix(
     match handoff::classify(&mut stream, &shared).await {
         handoff::Kind::Client => serve_conn(stream, shared).await,
         handoff::Kind::Refused => {}
-        handoff::Kind::Channel => {
-            while let Some(fd) = handoff::next(&stream).await {
-                match handoff::admit(fd, &open) {
-                    Ok(admitted) => {
-                        let shared_conn = shared.clone();
-                        shared.spawn(async move {
-                            let handoff::Admitted { stream, _slot } = admitted;
-                            serve_conn(stream, shared_conn).await;
-                        });
+        handoff::Kind::Channel => serve_channel(stream, shared, open).await,
+    }
+}
+
+/// Serves a handoff channel: every connection handed over on it, and, once PID 1 handed over
+/// its listener, every connection accepted from that, until the channel closes (then the
+/// listener is closed here and PID 1 accepts again).
+async fn serve_channel(
+    channel: tokio::net::UnixStream,
+    shared: Arc<Shared>,
+    open: Arc<AtomicUsize>,
+) {
+    let mut listener: Option<TcpListener> = None;
+    loop {
+        let admitted = tokio::select! {
+            handed = handoff::next(&channel) => match handed {
+                None => return,
+                Some(handoff::Handed::Connection(fd)) => handoff::admit(fd, &open),
+                Some(handoff::Handed::Listener(fd)) => {
+                    match listener {
+                        Some(_) => Err(handoff::AdmitError::SecondListener),
+                        None => handoff::admit_listener(fd).map(|l| listener = Some(l)),
                     }
-                    Err(e) => tracing::warn!(error = %e, "refused a handed-over connection"),
+                    .unwrap_or_else(|e| tracing::warn!(error = %e, "refused a handed-over listener"));
+                    continue;
                 }
+            },
+            accepted = accept_from(listener.as_ref()) => match accepted {
+                Ok((stream, peer)) => handoff::admit_accepted(stream, peer, &open),
+                Err(e) => {
+                    // EMFILE and friends: back off instead of spinning.
+                    tracing::warn!(error = %e, "accept on the handed-over listener failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        match admitted {
+            Ok(admitted) => {
+                let shared_conn = shared.clone();
+                shared.spawn(async move {
+                    let handoff::Admitted { stream, _slot } = admitted;
+                    serve_conn(stream, shared_conn).await;
+                });
             }
+            Err(e) => tracing::warn!(error = %e, "refused a handed-over connection"),
         }
+    }
+}
+
+/// The next connection on `listener`; never, without one.
+async fn accept_from(
+    listener: Option<&TcpListener>,
+) -> io::Result<(tokio::net::TcpStream, SocketAddr)> {
+    match listener {
+        Some(l) => l.accept().await,
+        None => std::future::pending().await,
     }
 }
 

@@ -258,24 +258,10 @@ fn join_cgroup(sync: &mut Sync) -> Result<(), InitError> {
             source: std::io::Error::other("the host sent no join file"),
         });
     }
-    for fd in &fds {
-        match rustix::io::write(fd, b"0") {
-            Ok(1) => {}
-            Ok(_) => {
-                return Err(InitError::Syscall {
-                    syscall: "joining the sandbox's cgroup",
-                    source: std::io::Error::from(std::io::ErrorKind::WriteZero),
-                })
-            }
-            Err(e) => {
-                return Err(InitError::Syscall {
-                    syscall: "joining the sandbox's cgroup",
-                    source: e.into(),
-                })
-            }
-        }
-    }
-    Ok(())
+    sys(
+        "joining the sandbox's cgroup",
+        crate::sys::fd::join_cgroup(fds.iter().map(|fd| fd.as_fd())),
+    )
 }
 
 /// Blocks until every write end of `pipe` is closed (or a byte arrives).

@@ -7,7 +7,7 @@
 //!   fixed numbers; everything else the parent holds is close-on-exec (Rust's std opens every
 //!   descriptor with `O_CLOEXEC`) or closed by the child itself with [`close_all_from`].
 
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::process::Command;
 
@@ -74,20 +74,27 @@ pub fn take_inherited(fd: RawFd) -> OwnedFd {
 /// hook must be registered before [`place_fds`], which may reuse their numbers in the child.
 pub fn join_before_exec(cmd: &mut Command, fds: Vec<RawFd>) {
     // SAFETY: the closure runs in the forked child before execve and only calls the
-    // async-signal-safe write(2) on descriptors inherited from the parent.
+    // async-signal-safe write(2) ([`join_cgroup`] allocates nothing) on descriptors inherited
+    // from the parent, which keeps them open until the spawn returns.
     unsafe {
-        cmd.pre_exec(move || {
-            for &fd in &fds {
-                match libc::write(fd, b"0".as_ptr().cast(), 1) {
-                    1 => {}
-                    rc if rc < 0 => return Err(std::io::Error::last_os_error()),
-                    // No allocation in the child: a short write is an I/O error.
-                    _ => return Err(std::io::Error::from_raw_os_error(libc::EIO)),
-                }
-            }
-            Ok(())
-        });
+        cmd.pre_exec(move || join_cgroup(fds.iter().map(|&fd| BorrowedFd::borrow_raw(fd))));
     }
+}
+
+/// Moves the calling process, which must be single-threaded, into a cgroup: writes `0` to each
+/// of its join files (`cgroup::JoinFds`: v1 `tasks`, v2 `cgroup.procs`; on v1 the whole process
+/// moves without the kernel's threadgroup lock). Allocates nothing, so a forked child may call
+/// it before its `execve` ([`join_before_exec`]); the init stage calls it after its own.
+pub fn join_cgroup<'a>(fds: impl IntoIterator<Item = BorrowedFd<'a>>) -> std::io::Result<()> {
+    for fd in fds {
+        match rustix::io::write(fd, b"0") {
+            Ok(1) => {}
+            // No allocation: a short write is an I/O error.
+            Ok(_) => return Err(std::io::Error::from_raw_os_error(libc::EIO)),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
 }
 
 /// Reads a small `/proc` (or other pseudo-) file whole. Such a file reports size 0, so

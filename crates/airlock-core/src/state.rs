@@ -454,6 +454,9 @@ fn read_json<T: DeserializeOwned>(path: &Path) -> Result<Option<Record<T>>, Stat
         })
 }
 
+/// The most [`read_nofollow`] allocates up front from a file's reported size.
+const PREALLOCATE_AT_MOST: usize = 1 << 20;
+
 /// Reads a whole file, refusing a symlink or a non-regular file (a FIFO would block the
 /// reader forever; `O_NONBLOCK` keeps the open itself from blocking); `None` when absent.
 fn read_nofollow(path: &Path) -> Result<Option<Vec<u8>>, StateError> {
@@ -490,8 +493,10 @@ fn read_nofollow(path: &Path) -> Result<Option<Vec<u8>>, StateError> {
         }
     };
     // Sized from the fstat above, with a byte to spare to see the end: `File::read_to_end`
-    // would ask for the size again (statx) and the position (lseek) before reading.
-    let mut bytes = Vec::with_capacity(size.saturating_add(1));
+    // would ask for the size again (statx) and the position (lseek) before reading. The size
+    // only sizes the first buffer, never more than `PREALLOCATE_AT_MOST` (a record is a few
+    // KiB; a larger file still reads whole, growing as it goes).
+    let mut bytes = Vec::with_capacity(size.min(PREALLOCATE_AT_MOST).saturating_add(1));
     File::from(fd)
         .take(u64::MAX)
         .read_to_end(&mut bytes)

@@ -275,7 +275,16 @@ pub fn run(args: UpArgs, ctx: &Context) -> Result<Report, HostError> {
         eprintln!("{}", crate::output::escape_untrusted(line));
     }
     cancel.stop();
-    let (stream, key) = airlock_host::sessions::open_stream(&setup, &outcome.record)?;
+    // Test hook: a concurrent `down` stops the sandbox between its setup and the attach.
+    super::pause_hook("attach");
+    let (stream, key) = match airlock_host::sessions::open_stream(&setup, &outcome.record) {
+        Ok(opened) => opened,
+        // Everything else was said above; only the note is left to say.
+        Err(_) if gone(&setup, &name, &outcome.record.epoch) => {
+            return Ok(stopped_meanwhile(&name, Vec::new(), Vec::new(), json));
+        }
+        Err(e) => return Err(e),
+    };
     let status = attach_terminal(stream, &key, &plan).map_err(|e| attach_error(e, &plan.name))?;
     let mut report = Report::new(Doc::new(), json);
     report.status = Some(u8::try_from(status).unwrap_or(u8::MAX));

@@ -272,6 +272,25 @@ fn a_sandbox_stopped_under_an_attached_client_ends_it_with_the_terminal_restored
     tmux.expect("w1", "restored-64");
 }
 
+/// A `down` from another shell after an attaching `up` made the sandbox ready, before it
+/// attached (held there by the debug hook): `up` attaches to nothing, says the sandbox was
+/// stopped meanwhile and succeeds, like `up --no-attach` in the same race; the terminal is
+/// the shell's again.
+#[test]
+fn a_down_before_an_attaching_up_attached_leaves_it_successful_with_a_note() {
+    let Some((p, tmux)) = world() else { return };
+    tmux.line(
+        "w1",
+        "AIRLOCK_TEST_PAUSE_AT=attach \"$A\" up; echo up-exited-$?",
+    );
+    tmux.expect("w1", "pausing at attach");
+    p.run(&["down"]).assert_code(0);
+    tmux.expect("w1", "up-exited-0");
+    let screen = tmux.screen("w1");
+    assert!(screen.contains("stopped or replaced meanwhile"), "{screen}");
+    assert_eq!(p.health(), "absent");
+}
+
 #[test]
 fn a_second_up_reattaches_to_the_same_session_with_its_screen() {
     let Some((p, tmux)) = world() else { return };

@@ -200,6 +200,42 @@ async fn a_handed_over_listener_that_is_not_a_loopback_tcp_listener_is_refused()
     assert!(admit_listener(ok.into()).is_ok());
 }
 
+/// Whether this process may set the congestion control `name` on a socket of its own.
+fn settable_congestion(name: &str) -> bool {
+    let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    rustix::net::sockopt::set_tcp_congestion(&probe, name).is_ok()
+}
+
+#[tokio::test]
+async fn connections_from_a_handed_over_listener_use_a_loss_based_congestion_control() {
+    // What the proxy can choose here (an unprivileged user may be limited to Reno), and
+    // another control to start from (as a pacing system default such as BBR would be).
+    let Some(expected) = super::LOOPBACK_CONGESTION
+        .into_iter()
+        .find(|c| settable_congestion(c))
+    else {
+        return; // nothing to choose from: the system default stays
+    };
+    let available = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control")
+        .unwrap_or_default();
+    let Some(other) = available
+        .split_whitespace()
+        .find(|c| *c != expected && settable_congestion(c))
+    else {
+        return; // only one control to be had: nothing to tell apart
+    };
+    let std = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    rustix::net::sockopt::set_tcp_congestion(&std, other).unwrap();
+    let addr = std.local_addr().unwrap();
+    let listener = admit_listener(std.into()).unwrap();
+    let _client = TcpStream::connect(addr).await.unwrap();
+    let (accepted, _) = listener.accept().await.unwrap();
+    assert_eq!(
+        rustix::net::sockopt::tcp_congestion(&accepted).unwrap(),
+        expected
+    );
+}
+
 #[tokio::test]
 async fn a_channel_from_a_peer_that_is_not_the_sandbox_init_is_refused_and_its_descriptors_unserved(
 ) {

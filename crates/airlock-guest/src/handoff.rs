@@ -406,18 +406,25 @@ mod tests {
         port
     }
 
+    /// A proxy client: connects and speaks first, as HTTP clients do (the handoff listener
+    /// defers a connection until its first bytes, `TCP_DEFER_ACCEPT`).
+    fn connect_and_send(port: u16, first: &[u8]) -> TcpStream {
+        let mut client = TcpStream::connect((Ipv4Addr::LOCALHOST, port)).unwrap();
+        client.write_all(first).unwrap();
+        client
+    }
+
     #[test]
     fn the_proxy_gets_the_client_socket_itself_and_pid1_keeps_no_copy() {
         let dir = tempfile::tempdir().unwrap();
         let socket = dir.path().join("proxy.sock");
         let host = UnixListener::bind(&socket).unwrap();
         let port = start_handoff(&socket);
-        let mut client = TcpStream::connect((Ipv4Addr::LOCALHOST, port)).unwrap();
+        let mut client = connect_and_send(port, b"ping");
         let channel = accept_channel(&host);
         let mut served = next_connection(&channel, &mut None).unwrap();
         // The proxy's end is the accepted TCP socket of the sandbox's listener.
         assert_eq!(served.local_addr().unwrap().port(), port);
-        client.write_all(b"ping").unwrap();
         let mut buf = [0u8; 4];
         served.read_exact(&mut buf).unwrap();
         assert_eq!(&buf, b"ping");
@@ -441,7 +448,7 @@ mod tests {
         let socket = dir.path().join("proxy.sock");
         let host = UnixListener::bind(&socket).unwrap();
         let port = start_handoff(&socket);
-        let _first = TcpStream::connect((Ipv4Addr::LOCALHOST, port)).unwrap();
+        let _first = connect_and_send(port, b"C");
         let channel = accept_channel(&host);
         let Ok(Received::Connection(_)) = recv_blocking(&channel) else {
             panic!("the first connection was not handed over")
@@ -453,7 +460,7 @@ mod tests {
         assert_eq!(listener.local_addr().unwrap().port(), port);
         // (Its file description is PID 1's too: it stays non-blocking.)
         for _ in 0..3 {
-            let mut client = TcpStream::connect((Ipv4Addr::LOCALHOST, port)).unwrap();
+            let client = connect_and_send(port, b"direct");
             let mut served = loop {
                 match listener.accept() {
                     Ok((s, _)) => break s,
@@ -465,7 +472,6 @@ mod tests {
             };
             served.set_nonblocking(false).unwrap();
             assert_eq!(served.peer_addr().unwrap(), client.local_addr().unwrap());
-            client.write_all(b"direct").unwrap();
             let mut buf = [0u8; 6];
             served.read_exact(&mut buf).unwrap();
             assert_eq!(&buf, b"direct");
@@ -491,7 +497,7 @@ mod tests {
         host.set_nonblocking(true).unwrap();
         let mut clients = Vec::new();
         loop {
-            clients.push(TcpStream::connect((Ipv4Addr::LOCALHOST, port)).unwrap());
+            clients.push(connect_and_send(port, b"x"));
             thread::sleep(Duration::from_millis(20));
             if let Ok((channel, _)) = host.accept() {
                 channel.set_nonblocking(false).unwrap();
@@ -520,8 +526,8 @@ mod tests {
         let socket = dir.path().join("proxy.sock");
         let host = UnixListener::bind(&socket).unwrap();
         let port = start_handoff(&socket);
-        let _a = TcpStream::connect((Ipv4Addr::LOCALHOST, port)).unwrap();
-        let _b = TcpStream::connect((Ipv4Addr::LOCALHOST, port)).unwrap();
+        let _a = connect_and_send(port, b"a");
+        let _b = connect_and_send(port, b"b");
         let channel = accept_channel(&host);
         let mut listener = None;
         assert!(next_connection(&channel, &mut listener).is_some());
@@ -535,11 +541,8 @@ mod tests {
         let (clients, channel) = connect_until_a_channel_opens(&host, port);
         let mut served = next_connection(&channel, &mut None).unwrap();
         let peer = served.peer_addr().unwrap();
-        let mut c = clients
-            .into_iter()
-            .find(|c| c.local_addr().unwrap() == peer)
-            .unwrap();
-        c.write_all(b"x").unwrap();
+        // Its first byte, sent when it connected.
+        assert!(clients.iter().any(|c| c.local_addr().unwrap() == peer));
         let mut buf = [0u8; 1];
         served.read_exact(&mut buf).unwrap();
         assert_eq!(&buf, b"x");
@@ -611,8 +614,8 @@ mod tests {
         ])
         .unwrap()
         .serve_in_background();
-        let first = TcpStream::connect((Ipv4Addr::LOCALHOST, handoff_port)).unwrap();
-        let second = TcpStream::connect((Ipv4Addr::LOCALHOST, handoff_port)).unwrap();
+        let first = connect_and_send(handoff_port, b"C");
+        let second = connect_and_send(handoff_port, b"C");
 
         // Meanwhile the byte relay answers.
         let echo = thread::spawn(move || {

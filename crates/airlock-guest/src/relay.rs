@@ -37,6 +37,10 @@ use rustix::event::PollFlags;
 /// Concurrent relayed connections per listener.
 pub const MAX_CONNECTIONS: usize = 512;
 
+/// How long a connection to a handoff listener may stay silent before it is accepted anyway
+/// (`TCP_DEFER_ACCEPT`); then the proxy's header read timeout applies as to any client.
+const HANDOFF_DEFER_ACCEPT_SECS: u32 = 5;
+
 /// One loopback port relayed to a host socket.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Relay {
@@ -75,6 +79,16 @@ pub fn start(relays: &[Relay]) -> Result<Relays, RelayError> {
         };
         let listener = TcpListener::bind(addr).map_err(bind_error)?;
         listener.set_nonblocking(true).map_err(bind_error)?;
+        if relay.handoff {
+            // The egress proxy's clients speak first (a request or `CONNECT`): whoever accepts
+            // (PID 1, or the proxy once it holds the listener) is woken once per connection,
+            // with its first bytes already there, not once for the handshake and again for
+            // the bytes (B5). Only an optimisation: without it nothing changes but that.
+            let _ = airlock_linux::sys::net::set_tcp_defer_accept(
+                listener.as_fd(),
+                HANDOFF_DEFER_ACCEPT_SECS,
+            );
+        }
         let socket = relay.socket.clone();
         entries.push(if relay.handoff {
             Entry::Handoff(crate::handoff::HandoffRelay::new(listener, socket))
@@ -317,6 +331,35 @@ mod tests {
         client.read_to_string(&mut got).unwrap();
         echo.join().unwrap();
         assert_eq!(got, "hello back");
+    }
+
+    #[test]
+    fn a_handoff_listener_is_readable_only_once_a_client_sent_its_first_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let relays = start(&[Relay {
+            port,
+            socket: dir.path().join("proxy.sock"),
+            handoff: true,
+        }])
+        .unwrap();
+        let wants = relays.wants();
+        let (listener, _) = wants[0][0];
+        let readable = |ms: i64| {
+            let mut fds = [rustix::event::PollFd::new(&listener, PollFlags::IN)];
+            let timeout = rustix::event::Timespec {
+                tv_sec: ms / 1000,
+                tv_nsec: (ms % 1000) * 1_000_000,
+            };
+            rustix::event::poll(&mut fds, Some(&timeout)).unwrap() == 1
+        };
+        let mut client = TcpStream::connect((Ipv4Addr::LOCALHOST, port)).unwrap();
+        assert!(
+            !readable(200),
+            "a connection without bytes is not yet acceptable"
+        );
+        client.write_all(b"CONNECT").unwrap();
+        assert!(readable(10_000), "its first bytes make it acceptable");
     }
 
     #[test]

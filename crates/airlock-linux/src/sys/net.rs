@@ -1,4 +1,5 @@
-//! Network interface flags: bringing `lo` up inside a fresh network namespace (PRODUCT I9).
+//! Networking: bringing `lo` up inside a fresh network namespace (PRODUCT I9), and the one
+//! socket option std and rustix do not set (`TCP_DEFER_ACCEPT`, for the egress listener).
 
 use std::os::fd::AsRawFd;
 
@@ -29,6 +30,29 @@ pub fn set_interface_up(name: &str) -> std::io::Result<()> {
     }
     // SAFETY: as above; SIOCSIFFLAGS only reads `req`.
     if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &req) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Sets `TCP_DEFER_ACCEPT` on the listening TCP socket `fd`: a connection becomes acceptable
+/// (and the listener readable) only once its first bytes arrive, or after about `seconds`
+/// without any. For listeners whose clients speak first: no wake-up of the accepting process
+/// for a connection that has nothing to read yet.
+pub fn set_tcp_defer_accept(fd: std::os::fd::BorrowedFd<'_>, seconds: u32) -> std::io::Result<()> {
+    let value = libc::c_int::try_from(seconds).unwrap_or(libc::c_int::MAX);
+    // SAFETY: `value` is a c_int owned by this frame, its size is passed alongside; the kernel
+    // only reads it. `fd` is a valid descriptor for the duration of the call.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_DEFER_ACCEPT,
+            std::ptr::from_ref(&value).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc < 0 {
         return Err(std::io::Error::last_os_error());
     }
     Ok(())

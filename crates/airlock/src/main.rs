@@ -7,6 +7,10 @@
 //! 3. The verb runs and returns a [`commands::Report`] or a [`error::HostError`].
 //! 4. The result is printed (stdout), errors go to stderr (or stdout as JSON), and the exit
 //!    status comes from [`error::exit_code`]. A closed stdout (broken pipe) ends quietly.
+//!
+//! The C library calls [`main`] directly, without Rust's runtime start: see its docs.
+
+#![cfg_attr(not(test), no_main)]
 
 mod cli;
 mod command_options;
@@ -26,13 +30,34 @@ mod transfer_view;
 
 use std::ffi::OsString;
 use std::io;
-use std::process::ExitCode;
 
 use crate::context::Context;
 use crate::error::HostError;
 use crate::output::Printer;
 
-fn main() -> ExitCode {
+/// The process's entry point, called by the C library's start code in place of Rust's
+/// runtime start (`#![no_main]`). That start's only cost that matters is the stack-overflow
+/// message's handler, for which glibc reads and parses all of `/proc/self/maps`
+/// (`pthread_getattr_np`) plus ~20 system calls, at every start of this binary: each `run`
+/// starts it at least twice (the CLI, the init stage), each `exec` once.
+/// [`airlock_linux::sys::start::as_rust_runtime_would`] does the rest of that start (closed
+/// standard descriptors opened on `/dev/null`, SIGPIPE ignored); a panic outside a verb still
+/// ends with Rust's exit status 101, and [`std::process::exit`] flushes stdout as a return from
+/// a Rust `main` does.
+#[cfg(not(test))]
+#[no_mangle]
+extern "C" fn main(
+    _argc: std::ffi::c_int,
+    _argv: *const *const std::ffi::c_char,
+) -> std::ffi::c_int {
+    airlock_linux::sys::start::as_rust_runtime_would();
+    // Arguments come from std (`args_os`), which glibc hands them to before this call.
+    std::process::exit(std::panic::catch_unwind(run).unwrap_or(101))
+}
+
+/// Everything [`main`] does after the start: returns the exit status.
+#[cfg_attr(test, allow(dead_code))]
+fn run() -> i32 {
     let args: Vec<OsString> = std::env::args_os().collect();
     if let Some(status) = airlock_host::hidden::dispatch(&args) {
         return exit_status(status);
@@ -112,8 +137,10 @@ fn json_with_failure(json: serde_json::Value, failure: &HostError) -> serde_json
     }
 }
 
-fn exit_status(status: i32) -> ExitCode {
-    ExitCode::from(u8::try_from(status).unwrap_or(u8::MAX))
+/// The exit status the process can report: beyond a byte, 255 (the kernel keeps only the low
+/// byte, which would turn 256 into success).
+fn exit_status(status: i32) -> i32 {
+    i32::from(u8::try_from(status).unwrap_or(u8::MAX))
 }
 
 #[cfg(test)]
@@ -145,8 +172,8 @@ mod tests {
 
     #[test]
     fn exit_statuses_beyond_a_byte_saturate_instead_of_wrapping_to_success() {
-        assert_eq!(exit_status(256), ExitCode::from(255));
-        assert_eq!(exit_status(-1), ExitCode::from(255));
-        assert_eq!(exit_status(130), ExitCode::from(130));
+        assert_eq!(exit_status(256), 255);
+        assert_eq!(exit_status(-1), 255);
+        assert_eq!(exit_status(130), 130);
     }
 }

@@ -13,3 +13,4 @@ pub mod net;
 pub mod probe;
 pub mod process;
 pub mod spawn;
+pub mod start;

@@ -89,6 +89,51 @@ fn closed_stdout_ends_quietly() {
     assert_eq!(String::from_utf8_lossy(&out.stderr), "");
 }
 
+/// A start of the binary loads no shared object but the C library: the unwinder is linked in
+/// (build.rs) and `pow`, all it took from libm, is defined in it (main.rs). Seen in a running
+/// airlock: `secret set` waits for the value on its stdin.
+#[test]
+fn the_binary_loads_neither_libgcc_s_nor_libm() {
+    let env = TestEnv::new();
+    let project = env.git_project("src/demo");
+    let args = [
+        "secret",
+        "set",
+        "T",
+        "--host",
+        "example.com",
+        "--header",
+        "X: {value}",
+    ];
+    let mut child = env
+        .command(&project, &args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let maps_path = format!("/proc/{}/maps", child.id());
+    // The loader maps the libraries in the order the binary lists them, the C library last.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let maps = loop {
+        let maps = std::fs::read_to_string(&maps_path).unwrap_or_default();
+        if maps.contains("/libc.so") || std::time::Instant::now() > deadline {
+            break maps;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    };
+    drop(child.stdin.take());
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        maps.contains("/libc.so"),
+        "the C library never showed:\n{maps}"
+    );
+    for lib in ["libgcc_s.so", "libm.so"] {
+        assert!(!maps.contains(lib), "{lib} is loaded:\n{maps}");
+    }
+}
+
 #[test]
 fn no_color_output_without_a_terminal() {
     let env = TestEnv::new();

@@ -12,9 +12,11 @@
 //!    close-on-exec; spawn `airlock __init` with exactly those three at fixed numbers and an empty
 //!    environment (nothing of the host environment reaches the guest implicitly).
 //!    [`Sandbox::spawn`] ends here: a caller may finish the spec while the init stage execs
-//!    and loads (`run` makes its egress directory then), then calls [`Spawning::handshake`].
+//!    and loads (`run` makes its cgroup then), then calls [`Spawning::handshake`].
 //! 4. Send the bootstrap message (spec and key) through the pipe (and, for a cgroup made after
-//!    the spawn, its join files: `cgroup`), then run the handshake:
+//!    the spawn, its join files: `cgroup`), then run the handshake ([`Spawning::handshake`],
+//!    or [`Spawning::send_bootstrap`] and [`Booting::finish`] for a caller with work that only
+//!    the handshake's rest needs: `run` makes its egress directory in between):
 //!    `unshared` → write the id maps → `mapped` (for a root invoker with its
 //!    id-mapped mounts, `idmounts.rs`) → `pid1 N` → `ready`.
 //!    Any failure kills the init stage and removes everything created above; each step may take
@@ -239,6 +241,20 @@ impl Spawning {
         spec: &SandboxSpec,
         join: CgroupJoin<'_>,
     ) -> Result<Sandbox, StartError> {
+        self.send_bootstrap(spec, join)?.finish()
+    }
+
+    /// Step 4's first half: sends `spec` in the bootstrap message (and `join`, as for
+    /// [`Spawning::handshake`]), so the init stage reads it, joins the cgroup and unshares while
+    /// the caller finishes what only the rest of the handshake needs (`run`: its egress
+    /// directory, whose path `spec` names already and which only the mounts take, `mapped` and
+    /// later), then calls [`Booting::finish`]. Dropping the result kills the init stage and
+    /// removes the runtime directory.
+    pub fn send_bootstrap(
+        self,
+        spec: &SandboxSpec,
+        join: CgroupJoin<'_>,
+    ) -> Result<Booting, StartError> {
         let Spawning {
             mut sandbox,
             boot_w,
@@ -258,7 +274,44 @@ impl Spawning {
             root_processes: sandbox.ids.root_processes(root_view),
             join_cgroup: join.is_some(),
         };
-        sandbox.handshake(&boot, boot_w, sync_host, root_view, join)?;
+        let sync = sandbox.send_bootstrap(&boot, boot_w, sync_host, join)?;
+        Ok(Booting {
+            sandbox,
+            boot,
+            sync,
+            root_view,
+        })
+    }
+}
+
+/// A sandbox whose init stage has its bootstrap message ([`Spawning::send_bootstrap`]); the
+/// handshake's rest is [`Booting::finish`]. Dropping it kills the init stage and removes the
+/// runtime directory.
+pub struct Booting {
+    sandbox: Sandbox,
+    boot: Bootstrap,
+    sync: Sync,
+    root_view: bool,
+}
+
+impl std::fmt::Debug for Booting {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Booting")
+            .field("sandbox", &self.sandbox)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Booting {
+    /// The rest of step 4: `unshared` → the id maps → `mapped` → `pid1 N` → `ready`.
+    pub fn finish(self) -> Result<Sandbox, StartError> {
+        let Booting {
+            mut sandbox,
+            boot,
+            sync,
+            root_view,
+        } = self;
+        sandbox.finish_handshake(&boot, sync, root_view)?;
         Ok(sandbox)
     }
 }
@@ -409,14 +462,13 @@ impl Sandbox {
         })
     }
 
-    fn handshake(
+    fn send_bootstrap(
         &mut self,
         boot: &Bootstrap,
         boot_w: OwnedFd,
         sync_host: UnixStream,
-        root_view: bool,
         join: CgroupJoin<'_>,
-    ) -> Result<(), StartError> {
+    ) -> Result<Sync, StartError> {
         let init_err = |source| StartError::Init { source };
         let msg = serde_json::to_vec(boot).map_err(|e| StartError::Io {
             what: "encoding the bootstrap message",
@@ -440,6 +492,16 @@ impl Sandbox {
             let fds: Vec<_> = join.fds().collect();
             sync.send_with_fds("cgroup", &fds).map_err(init_err)?;
         }
+        Ok(sync)
+    }
+
+    fn finish_handshake(
+        &mut self,
+        boot: &Bootstrap,
+        mut sync: Sync,
+        root_view: bool,
+    ) -> Result<(), StartError> {
+        let init_err = |source| StartError::Init { source };
         let mut t = Instant::now();
         // While the init stage execs and unshares: the mounts that do not need its namespace.
         // A failure is reported after the init stage's answer, which names the cause better

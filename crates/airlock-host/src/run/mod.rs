@@ -5,11 +5,12 @@
 //! 1. [`EphemeralRun::start`]: the init stage spawned (`Sandbox::spawn`), then, while it execs
 //!    and loads, the limits (the sandbox's cgroup with its janitor, so a SIGKILLed airlock
 //!    leaves none; where the user may not create cgroups, default limits are skipped with a
-//!    warning naming `airlock doctor`, an explicit limit refuses the run) and the egress
-//!    sockets (the proxy child starts on the first connection, `egress::lazy`), then the
-//!    sandbox's handshake; the init stage joins the cgroup as soon as it has its bootstrap
-//!    message, before it unshares anything and before PID 1 exists, so every sandbox process
-//!    is inside it.
+//!    warning naming `airlock doctor`, an explicit limit refuses the run), then the bootstrap
+//!    message (`Spawning::send_bootstrap`), then, while the init stage reads it and unshares,
+//!    the egress sockets (the proxy child starts on the first connection, `egress::lazy`), then
+//!    the rest of the sandbox's handshake (`Booting::finish`); the init stage joins the cgroup
+//!    as soon as it has its bootstrap message, before it unshares anything and before PID 1
+//!    exists, so every sandbox process is inside it.
 //! 2. The verb execs CMD through the control channel of [`EphemeralRun::sandbox`].
 //! 3. [`EphemeralRun::finish`]: kill the sandbox (`Sandbox::kill_with`), remove its cgroup,
 //!    stop the proxy.
@@ -107,23 +108,37 @@ impl EphemeralRun {
                 return Err(e);
             }
         };
-        let egress = match start_egress(roots, project_root, spec, egress_join, warn) {
-            Ok(egress) => egress,
-            Err(e) => {
-                drop(spawning);
-                cgroup.destroy();
-                return Err(e);
-            }
-        };
-        phases.done("egress");
-        let sandbox = match spawning.handshake(spec, join.as_ref()) {
-            Ok(s) => s,
+        // The bootstrap message before the egress directory: the init stage reads it, joins the
+        // cgroup and unshares while the directory and its sockets are made, which only the
+        // mounts need (`mapped` and later). The spec names the directory already.
+        if let Some(e) = spec.egress.as_mut() {
+            e.host_dir = egress_relay_dir(roots, &spec.id);
+        }
+        let booting = match spawning.send_bootstrap(spec, join.as_ref()) {
+            Ok(b) => b,
             Err(e) => {
                 cgroup.destroy();
                 return Err(start_error(e));
             }
         };
         drop(join);
+        phases.done("bootstrap");
+        let egress = match start_egress(roots, project_root, spec, egress_join, warn) {
+            Ok(egress) => egress,
+            Err(e) => {
+                drop(booting);
+                cgroup.destroy();
+                return Err(e);
+            }
+        };
+        phases.done("egress");
+        let sandbox = match booting.finish() {
+            Ok(s) => s,
+            Err(e) => {
+                cgroup.destroy();
+                return Err(start_error(e));
+            }
+        };
         let t = sandbox.timings;
         phases.add("spawn", t.prepare);
         phases.add("namespaces", t.namespaces);
@@ -268,7 +283,7 @@ pub(crate) fn start_egress(
     ensure_root(roots, &base)?;
     airlock_linux::host::sweep_stale(&base);
     let outer = base.join(&spec.id);
-    let dir = outer.join("relay");
+    let dir = egress_relay_dir(roots, &spec.id);
     let image_root = spec.image.root_dir().to_path_buf();
     let mut guard = RunEgress {
         dir: outer.clone(),
@@ -309,6 +324,11 @@ pub(crate) fn start_egress(
         e.host_dir = dir;
     }
     Ok(guard)
+}
+
+/// `<runtime>/egress/<id>/relay`: the egress directory of sandbox `id` (see [`start_egress`]).
+fn egress_relay_dir(roots: &Roots, id: &str) -> PathBuf {
+    roots.runtime.join("egress").join(id).join("relay")
 }
 
 /// Writes the owner marker into the fresh egress directory: a new 0600 file, no fsync. The

@@ -116,7 +116,39 @@ impl RunCgroup {
 /// Creates the cgroup with the spec's limits (see the module docs for the skip rule), with a
 /// janitor that removes it should this process die first.
 pub fn prepare(spec: &SandboxSpec, warn: Warn) -> Result<RunCgroup, HostError> {
-    prepare_with(spec, warn, true)
+    let mut cgroup = create(spec, warn)?;
+    cgroup.start_janitor()?;
+    Ok(cgroup)
+}
+
+/// [`prepare`] in two steps, for a caller that makes the cgroup on another thread: the cgroup
+/// (nothing but cgroupfs calls, so any thread may make it), then [`RunCgroup::start_janitor`]
+/// on the thread that lives as long as the sandbox, before any process joins the cgroup.
+pub fn create(spec: &SandboxSpec, warn: Warn) -> Result<RunCgroup, HostError> {
+    prepare_with(spec, warn, false)
+}
+
+impl RunCgroup {
+    /// Starts the janitor of a cgroup made by [`create`] (nothing without a cgroup, or when it
+    /// has one already).
+    pub fn start_janitor(&mut self) -> Result<(), HostError> {
+        if let Some((cg, janitor @ None)) = self.cgroup.as_mut() {
+            *janitor = Some(
+                cg.spawn_janitor(Duration::from_secs(2))
+                    .map_err(unavailable)?,
+            );
+        }
+        Ok(())
+    }
+}
+
+fn unavailable(e: CgroupError) -> HostError {
+    HostError::new(
+        ErrorKind::BackendUnavailable,
+        "backend.cgroup",
+        e.to_string(),
+    )
+    .with_hint("run `airlock doctor` to see how to delegate cgroups to this user")
 }
 
 /// [`prepare`] without a janitor process, for the keeper of a persistent sandbox: one host
@@ -147,14 +179,6 @@ fn prepare_with(spec: &SandboxSpec, warn: Warn, janitor: bool) -> Result<RunCgro
     .into_iter()
     .flatten()
     .collect();
-    let unavailable = |e: CgroupError| {
-        HostError::new(
-            ErrorKind::BackendUnavailable,
-            "backend.cgroup",
-            e.to_string(),
-        )
-        .with_hint("run `airlock doctor` to see how to delegate cgroups to this user")
-    };
     match Cgroup::create(&spec.id, &limits) {
         Ok(cg) => {
             let janitor = match janitor {

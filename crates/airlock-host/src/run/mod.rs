@@ -71,13 +71,47 @@ impl EphemeralRun {
         // the cgroup itself when it has read that message, before it unshares anything and
         // before PID 1 exists (`airlock_linux::init`).
         phases.done("prepare");
-        let spawning = Sandbox::spawn(spec, &opts, None).map_err(start_error)?;
+        // The cgroup is made on a thread meanwhile: spawning blocks this thread until the init
+        // stage has exec'd (`sys::spawn`), time the cgroup's directories and limits (cgroupfs
+        // calls only) take on the other CPU. Its janitor is started here, by the thread that
+        // outlives the sandbox, before the init stage can join the cgroup (its bootstrap
+        // message, sent below, lets it).
+        let (spawning, cgroup) = std::thread::scope(|s| {
+            let made = std::thread::Builder::new()
+                .name("airlock-cgroup".to_owned())
+                .spawn_scoped(s, || limits::create(spec, warn));
+            let spawning = Sandbox::spawn(spec, &opts, None);
+            let cgroup = match made {
+                Ok(thread) => thread.join().unwrap_or_else(|_| {
+                    Err(HostError::internal(
+                        "run.cgroup",
+                        "the thread making the sandbox's cgroup panicked",
+                    ))
+                }),
+                Err(_) => limits::create(spec, warn),
+            };
+            (spawning, cgroup)
+        });
+        let spawning = match spawning {
+            Ok(spawning) => spawning,
+            Err(e) => {
+                if let Ok(mut cgroup) = cgroup {
+                    cgroup.destroy();
+                }
+                return Err(start_error(e));
+            }
+        };
         phases.restart();
         // The cgroup before the egress proxy, so the proxy runs inside the sandbox's limits
         // from its start (9.10: a connection flood from inside costs the sandbox, not the
         // host). Dropping `spawning` on a failure kills the init stage, which has not had its
         // bootstrap message.
-        let mut cgroup = limits::prepare(spec, warn)?;
+        let mut cgroup = cgroup?;
+        if let Err(e) = cgroup.start_janitor() {
+            drop(spawning);
+            cgroup.destroy();
+            return Err(e);
+        }
         phases.done("cgroup");
         // The join files, opened once (cgroupfs opens are not free): the proxy child gets
         // duplicates, the init stage these.

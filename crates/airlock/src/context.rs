@@ -25,7 +25,13 @@ pub struct Context {
 }
 
 impl Context {
-    pub fn from_process(json: bool, backend: Option<String>) -> Result<Self, HostError> {
+    /// The invocation's context; `stdout_is_terminal` is the caller's one probe of stdout
+    /// (stdin is probed here).
+    pub fn from_process(
+        json: bool,
+        backend: Option<String>,
+        stdout_is_terminal: bool,
+    ) -> Result<Self, HostError> {
         let cwd = std::env::current_dir().map_err(|e| {
             HostError::new(
                 ErrorKind::Internal,
@@ -39,7 +45,7 @@ impl Context {
             backend,
             cwd,
             stdin_is_terminal: std::io::stdin().is_terminal(),
-            stdout_is_terminal: std::io::stdout().is_terminal(),
+            stdout_is_terminal,
         })
     }
 

@@ -73,14 +73,17 @@ fn run() -> i32 {
     if let Some(status) = airlock_host::hidden::dispatch(&args) {
         return exit_status(status);
     }
-    let printer = Printer::from_env(cli::wants_json(&args));
+    // Each standard stream is asked once whether it is a terminal (`TCGETS`): the printer's
+    // colors and the context's `-t` checks share the answer for stdout.
+    let stdout_is_terminal = std::io::IsTerminal::is_terminal(&io::stdout());
+    let mut printer = Printer::from_env(cli::wants_json(&args), stdout_is_terminal);
     let cli = match cli::parse(&args) {
         Ok(cli) => cli,
         Err(err) => return exit_status(cli::report_parse_error(&err, &printer)),
     };
-    let printer = Printer::from_env(cli.json);
-    let outcome =
-        Context::from_process(cli.json, cli.backend).and_then(|ctx| run_guarded(cli.command, &ctx));
+    printer.json = cli.json;
+    let outcome = Context::from_process(cli.json, cli.backend, stdout_is_terminal)
+        .and_then(|ctx| run_guarded(cli.command, &ctx));
     exit_status(print_outcome(&printer, outcome))
 }
 

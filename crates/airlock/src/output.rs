@@ -195,11 +195,13 @@ pub struct Printer {
 }
 
 impl Printer {
-    pub fn from_env(json: bool) -> Self {
+    /// The printer for `--json` or not; `stdout_is_terminal` is the caller's one probe of
+    /// stdout (stderr is probed here).
+    pub fn from_env(json: bool, stdout_is_terminal: bool) -> Self {
         let no_color = std::env::var_os(airlock_config::env_vars::NO_COLOR);
         Self {
             json,
-            stdout_color: color_allowed(io::stdout().is_terminal(), no_color.as_deref()),
+            stdout_color: color_allowed(stdout_is_terminal, no_color.as_deref()),
             stderr_color: color_allowed(io::stderr().is_terminal(), no_color.as_deref()),
         }
     }

@@ -163,11 +163,18 @@ fn nearest(
 
 /// The active project for working directory `cwd` (C4).
 pub fn discover(cwd: &Path) -> Result<Option<Project>, ProjectError> {
+    Ok(discover_with_dir(cwd)?.0)
+}
+
+/// [`discover`], with the canonical `cwd` it searched from: a caller that needs that directory
+/// too resolves it once (the same answer, not a second walk of the path's links).
+pub fn discover_with_dir(cwd: &Path) -> Result<(Option<Project>, PathBuf), ProjectError> {
     let cwd = canonical(cwd)?;
     if let Some(root) = nearest(&cwd, has_airlock_dir)? {
-        return Ok(Some(Project::at(root, ProjectKind::Airlock)));
+        return Ok((Some(Project::at(root, ProjectKind::Airlock)), cwd));
     }
-    Ok(nearest(&cwd, has_git)?.map(|root| Project::at(root, ProjectKind::Git)))
+    let found = nearest(&cwd, has_git)?.map(|root| Project::at(root, ProjectKind::Git));
+    Ok((found, cwd))
 }
 
 /// The project rooted exactly at `root`, a root a sandbox was already built for (e.g. the
@@ -265,6 +272,19 @@ mod tests {
         std::os::unix::fs::symlink(root.join("real"), root.join("link")).unwrap();
         let p = discover(&root.join("link")).unwrap().unwrap();
         assert_eq!(p.root, root.join("real"));
+    }
+
+    #[test]
+    fn discovery_returns_the_canonical_directory_it_searched_from() {
+        let (_t, root) = tree();
+        fs::create_dir_all(root.join("real/.git")).unwrap();
+        fs::create_dir_all(root.join("real/sub")).unwrap();
+        std::os::unix::fs::symlink(root.join("real"), root.join("link")).unwrap();
+        let (p, dir) = discover_with_dir(&root.join("link/sub")).unwrap();
+        assert_eq!(p.unwrap().root, root.join("real"));
+        assert_eq!(dir, root.join("real/sub"));
+        let (none, dir) = discover_with_dir(&root).unwrap();
+        assert_eq!((none, dir), (None, root.clone()));
     }
 
     #[test]

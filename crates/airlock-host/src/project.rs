@@ -14,11 +14,11 @@ use crate::paths::ensure_root;
 /// root airlock has used that contains the working directory (C7): its markers were deleted,
 /// and mapping the ancestor would widen the workspace.
 pub fn discover_project(cwd: &Path) -> Result<Option<Project>, HostError> {
-    let Some(found) = project::discover(cwd)? else {
+    // `dir` is the canonical working directory the project was found from.
+    let (Some(found), dir) = project::discover_with_dir(cwd)? else {
         return Ok(None);
     };
     let roots = Roots::from_env(|k| std::env::var_os(k))?;
-    let dir = cwd.canonicalize().unwrap_or_else(|_| cwd.to_path_buf());
     match KnownRoots::open(&roots.state)?.widened_from(&found.root, &dir)? {
         None => Ok(Some(found)),
         Some(remembered) => Err(widened(&dir, &remembered, &found.root, &roots.state)),

@@ -313,42 +313,62 @@ fn writable_layer_bytes(cgroup: &str) -> Option<u64> {
 }
 
 /// The counter of processes of the sandbox the OOM killer has ended (its memory cgroup's
-/// `oom_kill`: v2 `memory.events`, v1 `memory.oom_control`), found once and read before and
-/// after a command (9.10).
-pub struct OomCounter(PathBuf);
+/// `oom_kill`: v2 `memory.events`, v1 `memory.oom_control`), found and opened once and read
+/// before and after a command (9.10): each read is one `pread` at offset 0 of the open file,
+/// which the kernel generates afresh.
+pub struct OomCounter(fs::File);
 
 impl OomCounter {
-    /// The sandbox's counter file; `None` without a memory cgroup.
+    /// The sandbox's counter file, opened; `None` without a memory cgroup.
     pub fn find(record: &SandboxRecord) -> Option<OomCounter> {
         let name = cgroup_name(record);
-        // Where the cgroup lives when the hierarchies are mounted as usual (root's v2, or v1's
-        // memory controller): found without parsing mountinfo (`exec` pays this each time).
-        // The directory is named after this sandbox's instance, so a counter there is its own.
+        // Where the cgroup lives when the hierarchies are mounted as usual (root's v2 with its
+        // `memory.events`, or v1's memory controller with its `memory.oom_control`: neither
+        // version has the other's file): found without parsing mountinfo (`exec` pays this
+        // each time), by opening the file itself. The directory is named after this sandbox's
+        // instance, so a counter there is its own. Elsewhere, either file in every hierarchy.
         let usual = [
-            Path::new("/sys/fs/cgroup").join(airlock_linux::cgroup::PARENT_DIR),
-            Path::new("/sys/fs/cgroup/memory").join(airlock_linux::cgroup::PARENT_DIR),
+            Path::new("/sys/fs/cgroup")
+                .join(airlock_linux::cgroup::PARENT_DIR)
+                .join(&name)
+                .join("memory.events"),
+            Path::new("/sys/fs/cgroup/memory")
+                .join(airlock_linux::cgroup::PARENT_DIR)
+                .join(&name)
+                .join("memory.oom_control"),
         ];
+        let elsewhere = std::iter::once_with(|| cgroup_dirs(&name))
+            .flatten()
+            .flat_map(|dir| ["memory.events", "memory.oom_control"].map(|file| dir.join(file)));
         usual
-            .iter()
-            .map(|base| base.join(&name))
-            .chain(std::iter::once_with(|| cgroup_dirs(&name)).flatten())
-            .find_map(|dir| {
-                ["memory.events", "memory.oom_control"]
-                    .iter()
-                    .map(|file| dir.join(file))
-                    .find(|path| path.exists())
-            })
+            .into_iter()
+            .chain(elsewhere)
+            .find_map(|path| fs::File::open(path).ok())
             .map(OomCounter)
     }
 
     /// How many processes the OOM killer has ended so far.
     pub fn read(&self) -> Option<u64> {
-        let text = fs::read_to_string(&self.0).ok()?;
-        text.lines().find_map(|line| {
-            let (k, v) = line.split_once(' ')?;
-            (k == "oom_kill").then(|| v.trim().parse().ok()).flatten()
-        })
+        use std::os::unix::fs::FileExt;
+        let mut text = Vec::with_capacity(256);
+        let mut chunk = [0u8; 256];
+        loop {
+            let n = self.0.read_at(&mut chunk, text.len() as u64).ok()?;
+            if n == 0 {
+                break;
+            }
+            text.extend_from_slice(&chunk[..n]);
+        }
+        oom_kills(std::str::from_utf8(&text).ok()?)
     }
+}
+
+/// The `oom_kill` count of a `memory.events` or `memory.oom_control` text.
+fn oom_kills(text: &str) -> Option<u64> {
+    text.lines().find_map(|line| {
+        let (k, v) = line.split_once(' ')?;
+        (k == "oom_kill").then(|| v.trim().parse().ok()).flatten()
+    })
 }
 
 /// The cgroup directories of a sandbox, in every hierarchy this host uses.
@@ -695,6 +715,27 @@ fn log_tail(path: &Path) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The counter file stays open: each read is the file's current text, from its start, of
+    /// either cgroup version's format, longer than one read's buffer too.
+    #[test]
+    fn the_oom_counter_rereads_its_open_file_from_the_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("memory.events");
+        let write = |text: &str| {
+            let mut f = fs::OpenOptions::new().write(true).open(&path).unwrap();
+            f.set_len(0).unwrap();
+            f.write_all(text.as_bytes()).unwrap();
+        };
+        fs::write(&path, "").unwrap();
+        let counter = OomCounter(fs::File::open(&path).unwrap());
+        assert_eq!(counter.read(), None);
+        write("oom_kill_disable 0\nunder_oom 0\noom_kill 0\n");
+        assert_eq!(counter.read(), Some(0));
+        let padding = "low 0\n".repeat(100);
+        write(&format!("{padding}oom 2\noom_kill 3\noom_group_kill 0\n"));
+        assert_eq!(counter.read(), Some(3));
+    }
 
     /// `up`'s wait on a "keeper" that prints `line` as its report.
     fn wait_for_report(line: &str) -> Result<Ready, BackendError> {

@@ -125,40 +125,6 @@ pub fn prepare(spec: &SandboxSpec, warn: Warn) -> Result<RunCgroup, HostError> {
 /// (nothing but cgroupfs calls, so any thread may make it), then [`RunCgroup::start_janitor`]
 /// on the thread that lives as long as the sandbox, before any process joins the cgroup.
 pub fn create(spec: &SandboxSpec, warn: Warn) -> Result<RunCgroup, HostError> {
-    prepare_with(spec, warn, false)
-}
-
-impl RunCgroup {
-    /// Starts the janitor of a cgroup made by [`create`] (nothing without a cgroup, or when it
-    /// has one already).
-    pub fn start_janitor(&mut self) -> Result<(), HostError> {
-        if let Some((cg, janitor @ None)) = self.cgroup.as_mut() {
-            *janitor = Some(
-                cg.spawn_janitor(Duration::from_secs(2))
-                    .map_err(unavailable)?,
-            );
-        }
-        Ok(())
-    }
-}
-
-fn unavailable(e: CgroupError) -> HostError {
-    HostError::new(
-        ErrorKind::BackendUnavailable,
-        "backend.cgroup",
-        e.to_string(),
-    )
-    .with_hint("run `airlock doctor` to see how to delegate cgroups to this user")
-}
-
-/// [`prepare`] without a janitor process, for the keeper of a persistent sandbox: one host
-/// process fewer per idle sandbox. Its death leaves an empty cgroup (the sandbox's processes
-/// die with it through PDEATHSIG), which the next `down`, `clean` or `up` removes.
-pub fn prepare_without_janitor(spec: &SandboxSpec, warn: Warn) -> Result<RunCgroup, HostError> {
-    prepare_with(spec, warn, false)
-}
-
-fn prepare_with(spec: &SandboxSpec, warn: Warn, janitor: bool) -> Result<RunCgroup, HostError> {
     let l = &spec.limits;
     let limits = CgroupLimits {
         memory_bytes: l.memory_mb.map(|m| m.value.saturating_mul(1024 * 1024)),
@@ -180,21 +146,12 @@ fn prepare_with(spec: &SandboxSpec, warn: Warn, janitor: bool) -> Result<RunCgro
     .flatten()
     .collect();
     match Cgroup::create(&spec.id, &limits) {
-        Ok(cg) => {
-            let janitor = match janitor {
-                true => Some(
-                    cg.spawn_janitor(Duration::from_secs(2))
-                        .map_err(unavailable)?,
-                ),
-                false => None,
-            };
-            Ok(RunCgroup {
-                cgroup: Some((cg, janitor)),
-                memory_mb: l.memory_mb.map(|m| m.value),
-                warn,
-                skipped: None,
-            })
-        }
+        Ok(cg) => Ok(RunCgroup {
+            cgroup: Some((cg, None)),
+            memory_mb: l.memory_mb.map(|m| m.value),
+            warn,
+            skipped: None,
+        }),
         Err(e @ (CgroupError::NotDelegated { .. } | CgroupError::NoControllers)) => {
             if explicit.is_empty() {
                 let message = format!(
@@ -233,4 +190,34 @@ fn prepare_with(spec: &SandboxSpec, warn: Warn, janitor: bool) -> Result<RunCgro
             | CgroupError::Janitor { .. }),
         ) => Err(unavailable(e)),
     }
+}
+
+impl RunCgroup {
+    /// Starts the janitor of a cgroup made by [`create`] (nothing without a cgroup, or when it
+    /// has one already).
+    pub fn start_janitor(&mut self) -> Result<(), HostError> {
+        if let Some((cg, janitor @ None)) = self.cgroup.as_mut() {
+            *janitor = Some(
+                cg.spawn_janitor(Duration::from_secs(2))
+                    .map_err(unavailable)?,
+            );
+        }
+        Ok(())
+    }
+}
+
+fn unavailable(e: CgroupError) -> HostError {
+    HostError::new(
+        ErrorKind::BackendUnavailable,
+        "backend.cgroup",
+        e.to_string(),
+    )
+    .with_hint("run `airlock doctor` to see how to delegate cgroups to this user")
+}
+
+/// [`prepare`] without a janitor process, for the keeper of a persistent sandbox: one host
+/// process fewer per idle sandbox. Its death leaves an empty cgroup (the sandbox's processes
+/// die with it through PDEATHSIG), which the next `down`, `clean` or `up` removes.
+pub fn prepare_without_janitor(spec: &SandboxSpec, warn: Warn) -> Result<RunCgroup, HostError> {
+    create(spec, warn)
 }

@@ -214,7 +214,9 @@ async fn connections_from_a_handed_over_listener_use_a_loss_based_congestion_con
         .into_iter()
         .find(|c| settable_congestion(c))
     else {
-        return; // nothing to choose from: the system default stays
+        // Nothing to choose from: the system default stays.
+        airlock_testkit::host_lacks("a settable cubic or reno congestion control");
+        return;
     };
     let available = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control")
         .unwrap_or_default();
@@ -222,7 +224,9 @@ async fn connections_from_a_handed_over_listener_use_a_loss_based_congestion_con
         .split_whitespace()
         .find(|c| *c != expected && settable_congestion(c))
     else {
-        return; // only one control to be had: nothing to tell apart
+        // Only one control to be had: nothing to tell apart.
+        airlock_testkit::host_lacks("a second settable TCP congestion control");
+        return;
     };
     let std = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     rustix::net::sockopt::set_tcp_congestion(&std, other).unwrap();

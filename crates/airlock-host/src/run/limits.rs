@@ -15,6 +15,9 @@ use airlock_linux::sys::janitor::Janitor;
 
 use crate::error::{ErrorKind, HostError};
 
+/// How long a janitor keeps trying to remove the cgroup after airlock's end.
+const JANITOR_GRACE: Duration = Duration::from_secs(2);
+
 /// Where a warning goes (the text after `airlock: warning: `): this crate prints nothing, its
 /// caller decides (the terminal for `run`, the keeper's log for `up`).
 pub type Warn = fn(&str);
@@ -194,15 +197,30 @@ pub fn create(spec: &SandboxSpec, warn: Warn) -> Result<RunCgroup, HostError> {
 
 impl RunCgroup {
     /// Starts the janitor of a cgroup made by [`create`] (nothing without a cgroup, or when it
-    /// has one already).
+    /// has one already). When it cannot be started the cgroup is removed (nothing has joined
+    /// it yet) and the error returned.
     pub fn start_janitor(&mut self) -> Result<(), HostError> {
-        if let Some((cg, janitor @ None)) = self.cgroup.as_mut() {
-            *janitor = Some(
-                cg.spawn_janitor(Duration::from_secs(2))
-                    .map_err(unavailable)?,
-            );
+        self.start_janitor_with(|cg| cg.spawn_janitor(JANITOR_GRACE))
+    }
+
+    /// [`RunCgroup::start_janitor`] with the janitor started by `spawn`.
+    fn start_janitor_with(
+        &mut self,
+        spawn: impl FnOnce(&Cgroup) -> Result<Janitor, CgroupError>,
+    ) -> Result<(), HostError> {
+        let Some((cg, janitor @ None)) = self.cgroup.as_mut() else {
+            return Ok(());
+        };
+        match spawn(cg) {
+            Ok(started) => {
+                *janitor = Some(started);
+                Ok(())
+            }
+            Err(e) => {
+                self.destroy();
+                Err(unavailable(e))
+            }
         }
-        Ok(())
     }
 }
 
@@ -220,4 +238,43 @@ fn unavailable(e: CgroupError) -> HostError {
 /// die with it through PDEATHSIG), which the next `down`, `clean` or `up` removes.
 pub fn prepare_without_janitor(spec: &SandboxSpec, warn: Warn) -> Result<RunCgroup, HostError> {
     create(spec, warn)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use airlock_linux::spec::{HostUser, SandboxSpec};
+
+    fn no_warning(_: &str) {}
+
+    /// `run` (both backends) starts the janitor right after making the cgroup: a janitor that
+    /// cannot be started fails the run, and the cgroup made for it must not stay behind.
+    #[test]
+    fn a_janitor_that_cannot_start_leaves_no_cgroup_behind() {
+        if !airlock_testkit::needs_root("creates cgroups") {
+            return;
+        }
+        let id = format!("limits-test-{}", std::process::id());
+        let user = HostUser {
+            uid: 0,
+            gid: 0,
+            name: "root".into(),
+            home: "/root".into(),
+        };
+        let spec = SandboxSpec::bare(&id, user);
+        let mut cgroup = create(&spec, no_warning).expect("root can create cgroups");
+        let failed = cgroup.start_janitor_with(|_| {
+            Err(CgroupError::Janitor {
+                source: std::io::Error::other("no janitor in this test"),
+            })
+        });
+        assert!(failed.is_err(), "the run must fail without its janitor");
+        drop(cgroup);
+        // The same name can be made again only when nothing of the first one is left.
+        let again = Cgroup::create(&id, &CgroupLimits::default())
+            .expect("the cgroup of the failed start is gone");
+        again
+            .destroy(Duration::from_secs(5))
+            .expect("the test's own cgroup is removed");
+    }
 }

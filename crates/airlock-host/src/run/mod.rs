@@ -108,8 +108,8 @@ impl EphemeralRun {
         // bootstrap message.
         let mut cgroup = cgroup?;
         if let Err(e) = cgroup.start_janitor() {
+            // The cgroup is already removed.
             drop(spawning);
-            cgroup.destroy();
             return Err(e);
         }
         phases.done("cgroup");

@@ -34,6 +34,33 @@ bench_runtime_tmpfs() {
     export XDG_RUNTIME_DIR=$bench_runtime
 }
 
+# bench_bwrap_layout AIRLOCK DIR: reads the mount layout of a sandbox `AIRLOCK run` makes here
+# (run in the project directory) and sets the array $bench_layout_opts to bubblewrap options
+# that build the same layout (scripts/bench-layout-bwrap.py says how each mount is translated),
+# $bench_layout_mounts to the sandbox's mount count. DIR gets the layout and empty stand-ins.
+# The mount points are taken as mountinfo prints them: a benchmark world's paths have no space
+# to escape.
+bench_bwrap_layout() {
+    local airlock=$1 dir=$2
+    # shellcheck disable=SC2016
+    local script='
+while IFS= read -r line; do
+    set -- $line
+    if [ -d "$5" ]; then echo "d $line"; else echo "f $line"; fi
+done < /proc/self/mountinfo
+for l in /bin /sbin /lib /lib32 /lib64 /libx32; do [ -L "$l" ] && echo "link $l $(readlink "$l")"; done
+echo "ids $(id -u) $(id -g)"'
+    mkdir -p "$dir/standins"
+    "$airlock" run -- sh -c "$script" >"$dir/layout" ||
+        bench_die "cannot read the mount layout of a sandbox"
+    python3 "$repo/scripts/bench-layout-bwrap.py" "$dir/standins" <"$dir/layout" >"$dir/layout.opts" ||
+        bench_die "cannot translate the sandbox's layout (see $dir/layout)"
+    mapfile -d '' bench_layout_opts <"$dir/layout.opts"
+    ((${#bench_layout_opts[@]} >= 20)) ||
+        bench_die "the sandbox's layout gave only ${#bench_layout_opts[@]} bwrap options (see $dir/layout)"
+    bench_layout_mounts=$(grep -c '^[df] ' "$dir/layout")
+}
+
 # bench_stats FILE -> "median mean min max n" of the numbers in FILE, one a line.
 bench_stats() {
     sort -n "$1" | awk '{ v[NR] = $1; s += $1 } END {

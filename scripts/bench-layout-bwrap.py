@@ -21,12 +21,13 @@ control channel, the id-mapped mounts' mapping): the figure is a floor for the l
 
 Input (stdin): one line per mount in mount order, `<d|f> <a /proc/self/mountinfo line>`
 (d: the mount point is a directory), lines `link <path> <target>` for the root's symbolic links
-and one line `ids <uid> <gid>`. Arguments: a directory for empty stand-ins. Output: the options,
+and one line `ids <uid> <gid>`. The input is printed inside a sandbox, so it is checked before
+use: every path absolute and without `..`, ids numeric. Arguments: a directory for empty
+stand-ins, and 1 when this bwrap has `--overlay-src` (else 0). Output: the options,
 NUL-separated, to go between `bwrap` and the command.
 """
 
 import os
-import subprocess
 import sys
 
 
@@ -44,13 +45,14 @@ def unescape(field: str) -> str:
     return "".join(out)
 
 
-def has_overlay() -> bool:
-    result = subprocess.run(["bwrap", "--help"], capture_output=True, text=True, check=False)
-    return "--overlay-src" in result.stdout + result.stderr
+def checked_path(path: str) -> str:
+    """A path from the layout: absolute, with no `..` component."""
+    if not path.startswith("/") or ".." in path.split("/"):
+        raise SystemExit(f"bench-layout-bwrap: not an absolute, plain path: {path!r}")
+    return path
 
 
-def translate(lines, standins: str):
-    overlay = has_overlay()
+def translate(lines, standins: str, overlay: bool):
     opts = ["--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
     mounts, links, ids = [], [], None
     for line in lines:
@@ -60,9 +62,11 @@ def translate(lines, standins: str):
         kind, rest = line.split(" ", 1)
         if kind == "link":
             path, target = rest.split(" ", 1)
-            links.append((path, target))
+            links.append((checked_path(path), target))
         elif kind == "ids":
             ids = rest.split()
+            if len(ids) != 2 or not all(i.isdigit() for i in ids):
+                raise SystemExit(f"bench-layout-bwrap: bad ids line: {line!r}")
         elif kind in ("d", "f"):
             mounts.append((kind, rest))
         else:
@@ -75,7 +79,8 @@ def translate(lines, standins: str):
     for kind, rest in mounts:
         pre, post = rest.split(" - ", 1)
         fields = pre.split()
-        root, point, flags = unescape(fields[3]), unescape(fields[4]), fields[5].split(",")
+        root, point = checked_path(unescape(fields[3])), checked_path(unescape(fields[4]))
+        flags = fields[5].split(",")
         parsed.append((kind, root, point, flags, post))
     # mountinfo lists mounts in tree order, not in the order they were made (airlock attaches
     # the id-mapped binds it was passed before the overlays around them exist): a parent goes
@@ -131,9 +136,9 @@ def translate(lines, standins: str):
 
 
 def main() -> None:
-    if len(sys.argv) != 2:
-        raise SystemExit("usage: bench-layout-bwrap.py STANDIN_DIR < layout")
-    opts = translate(sys.stdin, sys.argv[1])
+    if len(sys.argv) != 3 or sys.argv[2] not in ("0", "1"):
+        raise SystemExit("usage: bench-layout-bwrap.py STANDIN_DIR 0|1 < layout")
+    opts = translate(sys.stdin, sys.argv[1], sys.argv[2] == "1")
     sys.stdout.write("".join(o + "\0" for o in opts))
 
 

@@ -37,7 +37,8 @@ bench_runtime_tmpfs() {
 # bench_bwrap_layout AIRLOCK DIR: reads the mount layout of a sandbox `AIRLOCK run` makes here
 # (run in the project directory) and sets the array $bench_layout_opts to bubblewrap options
 # that build the same layout (scripts/bench-layout-bwrap.py says how each mount is translated),
-# $bench_layout_mounts to the sandbox's mount count. DIR gets the layout and empty stand-ins.
+# $bench_layout_mounts to the sandbox's mount count, $bench_layout_overlays to 1 when this bwrap
+# has overlays (`--overlay-src`, 0.9 and later), else 0. DIR gets the layout and empty stand-ins.
 # The mount points are taken as mountinfo prints them: a benchmark world's paths have no space
 # to escape.
 bench_bwrap_layout() {
@@ -53,7 +54,12 @@ echo "ids $(id -u) $(id -g)"'
     mkdir -p "$dir/standins"
     "$airlock" run -- sh -c "$script" >"$dir/layout" ||
         bench_die "cannot read the mount layout of a sandbox"
-    python3 "$repo/scripts/bench-layout-bwrap.py" "$dir/standins" <"$dir/layout" >"$dir/layout.opts" ||
+    bench_layout_overlays=0
+    if bwrap --help 2>&1 | grep -q -- --overlay-src; then
+        bench_layout_overlays=1
+    fi
+    python3 "$repo/scripts/bench-layout-bwrap.py" "$dir/standins" "$bench_layout_overlays" \
+        <"$dir/layout" >"$dir/layout.opts" ||
         bench_die "cannot translate the sandbox's layout (see $dir/layout)"
     mapfile -d '' bench_layout_opts <"$dir/layout.opts"
     ((${#bench_layout_opts[@]} >= 20)) ||
